@@ -1,0 +1,309 @@
+/* Variational Linear Attention, the four algorithms of VLA-MATH 2. Per head, storage layout:
+ * ST [dk, dv] (S transposed), A [dk, dk], rows a_t of Al [T, dk].
+ *
+ *   z_t = A_{t-1} u_t;  A_t = A_{t-1} - z z^T / max(1 + u.z, eps);  (+ rho I at a refresh)
+ *   a_t = normalize(A_t k^_t);  ST_t = ST_{t-1} + a_t (v_t - ST_{t-1}^T k^_t)^T;  o_t = ST_t^T q~_t
+ */
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* 1 when token t of this piece is a refresh point: (t0 + t + 1) % R == 0 (absolute position). */
+static int is_refresh(const cpu_head *h, const cpu_params *p, int t) {
+    return p->refresh > 0 && (h->t0 + t + 1) % p->refresh == 0;
+}
+
+/* Scales x[n] to unit length with the eps floor of VLA-MATH. */
+static void normalize_row(float *x, int n, float eps) {
+    const float inv = 1.0f / fmaxf(sqrtf(cpu_dot(x, x, n)), eps);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* One token of the A recurrence (Sherman-Morrison, then the refresh); writes a_t. z [dk] is work. */
+static void a_step(float *A, const float *u, const float *k, int refresh, float rho, float eps, int dk, float *z,
+                   float *a) {
+    cpu_matvec(A, u, dk, dk, z);
+    const float inv = 1.0f / fmaxf(1.0f + cpu_dot(u, z, dk), eps);
+    for (int i = 0; i < dk; i++) {
+        const float zi = z[i] * inv;
+        float *row = A + (size_t)i * dk;
+        for (int j = 0; j < dk; j++) row[j] -= zi * z[j];
+    }
+    if (refresh)
+        for (int i = 0; i < dk; i++) A[(size_t)i * dk + i] += rho;
+    cpu_matvec(A, k, dk, dk, a);
+    normalize_row(a, dk, eps);
+}
+
+/* ---- 2.1 sequential ---- */
+
+size_t cpu_vla_sequential_work(int T, int dk, int dv, const cpu_params *p) {
+    (void)T; (void)p;
+    return 2 * (size_t)dk + dv;
+}
+
+void cpu_vla_sequential(const cpu_head *h, const cpu_params *p, float *work) {
+    const int dk = h->dk, dv = h->dv;
+    float *z = work, *a = z + dk, *e = a + dk;
+    for (int t = 0; t < h->T; t++) {
+        const float *k = h->kh + (size_t)t * dk, *v = h->v + (size_t)t * dv;
+        a_step(h->A, h->u + (size_t)t * dk, k, is_refresh(h, p, t), p->rho, p->eps, dk, z, a);
+        cpu_vecmat(k, h->ST, dk, dv, e); /* e = v - S k */
+        for (int j = 0; j < dv; j++) e[j] = v[j] - e[j];
+        for (int i = 0; i < dk; i++) {
+            float *row = h->ST + (size_t)i * dv;
+            for (int j = 0; j < dv; j++) row[j] += a[i] * e[j];
+        }
+        cpu_vecmat(h->q + (size_t)t * dk, h->ST, dk, dv, h->o + (size_t)t * dv);
+    }
+    if (p->normalize) cpu_normalize_output(h, p->eps, 0);
+}
+
+/* ---- chunk boundaries: at most C tokens, and every refresh point ends a chunk ---- */
+
+static int chunk_end(const cpu_head *h, const cpu_params *p, int ts) {
+    int te = ts + p->chunk < h->T ? ts + p->chunk : h->T;
+    if (p->refresh > 0) {
+        const int64_t r = (h->t0 + ts + 1) % p->refresh;
+        const int64_t next = ts + (p->refresh - r) % p->refresh; /* first refresh token >= ts */
+        if (next + 1 < te) te = (int)(next + 1);
+    }
+    return te;
+}
+
+/* ---- 2.3 chunked: the A part (exact Woodbury) ---- */
+
+static size_t a_part_work(int C, int dk) { return 2 * (size_t)C * C + 2 * (size_t)C * dk + (size_t)dk; }
+
+/* Advances A over tokens [ts, ts + c) and writes their a_t into Al [c, dk].
+ *   G = I + U A0 U^T = L L^T,  Z = L^{-1} U A0,  Al = rownorm(K A0 - tril(K Z^T) Z),  A -= Z^T Z */
+static void a_part(const cpu_head *h, const cpu_params *p, int ts, int c, float *Al, float *work) {
+    const int dk = h->dk;
+    const float *U = h->u + (size_t)ts * dk, *K = h->kh + (size_t)ts * dk;
+    const int refresh_last = is_refresh(h, p, ts + c - 1);
+    float *G = work, *M = G + (size_t)c * c, *Z = M + (size_t)c * c, *zw = Z + (size_t)c * dk;
+    cpu_gemm(0, 0, c, dk, dk, 1.0f, U, dk, h->A, dk, 0.0f, Z, dk);    /* Z = U A0 */
+    cpu_gemm(0, 1, c, c, dk, 1.0f, Z, dk, U, dk, 0.0f, G, c);         /* G = U A0 U^T */
+    for (int i = 0; i < c; i++) G[(size_t)i * c + i] += 1.0f;
+    if (cpu_cholesky(G, c, c) != 0) {
+        /* A0 is not positive definite (a caller's A_in can be anything): the sequential
+         * recurrence, with its eps floor, is still defined; run it for this chunk. */
+        for (int t = 0; t < c; t++)
+            a_step(h->A, U + (size_t)t * dk, K + (size_t)t * dk, is_refresh(h, p, ts + t), p->rho, p->eps, dk, zw,
+                   Al + (size_t)t * dk);
+        return;
+    }
+    cpu_trsm_lower(G, c, 0, Z, c, dk, dk);                            /* Z = L^{-1} U A0 */
+    cpu_gemm(0, 0, c, dk, dk, 1.0f, K, dk, h->A, dk, 0.0f, Al, dk);   /* Al = K A0 */
+    cpu_gemm(0, 1, c, c, dk, 1.0f, K, dk, Z, dk, 0.0f, M, c);         /* M = K Z^T */
+    for (int t = 0; t < c; t++)
+        for (int s = t + 1; s < c; s++) M[(size_t)t * c + s] = 0.0f; /* keep s <= t */
+    cpu_gemm(0, 0, c, dk, c, -1.0f, M, c, Z, dk, 1.0f, Al, dk);       /* Al -= tril(M) Z */
+    cpu_gemm(1, 0, dk, dk, c, -1.0f, Z, dk, Z, dk, 1.0f, h->A, dk);   /* A -= Z^T Z */
+    if (refresh_last) {
+        /* The refresh falls on the chunk's last token: its a gains rho k^ before it is normalised. */
+        float *al = Al + (size_t)(c - 1) * dk;
+        const float *kl = K + (size_t)(c - 1) * dk;
+        for (int i = 0; i < dk; i++) al[i] += p->rho * kl[i];
+        for (int i = 0; i < dk; i++) h->A[(size_t)i * dk + i] += p->rho;
+    }
+    for (int t = 0; t < c; t++) normalize_row(Al + (size_t)t * dk, dk, p->eps);
+}
+
+/* ---- 2.3 chunked ---- */
+
+size_t cpu_vla_chunked_work(int T, int dk, int dv, const cpu_params *p) {
+    (void)T;
+    return (size_t)p->chunk * dk + a_part_work(p->chunk, dk) + cpu_chunk_work(p->chunk, dk, dv);
+}
+
+void cpu_vla_chunked(const cpu_head *h, const cpu_params *p, float *work) {
+    const int dk = h->dk, dv = h->dv;
+    float *Al = work, *aw = Al + (size_t)p->chunk * dk, *sw = aw + a_part_work(p->chunk, dk);
+    for (int ts = 0; ts < h->T;) {
+        const int te = chunk_end(h, p, ts), c = te - ts;
+        a_part(h, p, ts, c, Al, aw);
+        cpu_chunk_step(c, dk, dv, 1, h->kh + (size_t)ts * dk, Al, h->v + (size_t)ts * dv, h->q + (size_t)ts * dk,
+                       NULL, h->ST, h->o + (size_t)ts * dv, sw);
+        ts = te;
+    }
+    if (p->normalize) cpu_normalize_output(h, p->eps, 0);
+}
+
+/* ---- 2.2 Blelloch scan over per-token affine maps ---- */
+
+static size_t map_floats(int dk, int dv) { return (size_t)dk * dk + (size_t)dk * dv; }
+
+size_t cpu_vla_scan_work(int T, int dk, int dv, const cpu_params *p) {
+    (void)p;
+    return (size_t)T * map_floats(dk, dv) + (size_t)T * dk + map_floats(dk, dv) + 3 * (size_t)dk + dv;
+}
+
+void cpu_vla_scan(const cpu_head *h, const cpu_params *p, float *work) {
+    const int dk = h->dk, dv = h->dv, T = h->T;
+    const size_t mf = map_floats(dk, dv);
+    float *E = work;                       /* [T] maps (M_t, N_t) */
+    float *Al = E + (size_t)T * mf;        /* [T, dk] */
+    float *tmp = Al + (size_t)T * dk;      /* [mf] */
+    float *z = tmp + mf, *y = z + dk, *o2 = y + dk;
+    /* The a_t first, by the sequential A recurrence (O(T dk^2), as the paper's code does). */
+    for (int t = 0; t < T; t++)
+        a_step(h->A, h->u + (size_t)t * dk, h->kh + (size_t)t * dk, is_refresh(h, p, t), p->rho, p->eps, dk, z,
+               Al + (size_t)t * dk);
+    /* Per token, on the transposed state: ST_t = (I - a k^T) ST_{t-1} + a v^T. */
+    for (int t = 0; t < T; t++) {
+        float *M = E + (size_t)t * mf, *N = M + (size_t)dk * dk;
+        const float *a = Al + (size_t)t * dk, *k = h->kh + (size_t)t * dk, *v = h->v + (size_t)t * dv;
+        for (int i = 0; i < dk; i++) {
+            for (int j = 0; j < dk; j++) M[(size_t)i * dk + j] = (i == j) - a[i] * k[j];
+            for (int j = 0; j < dv; j++) N[(size_t)i * dv + j] = a[i] * v[j];
+        }
+    }
+    cpu_affine_scan(E, T, dk, dv, tmp);
+    /* o_t = (M_t ST0 + N_t)^T q = ST0^T (M_t^T q) + N_t^T q. */
+    for (int t = 0; t < T; t++) {
+        const float *M = E + (size_t)t * mf, *N = M + (size_t)dk * dk, *q = h->q + (size_t)t * dk;
+        float *o = h->o + (size_t)t * dv;
+        cpu_vecmat(q, M, dk, dk, y);
+        cpu_vecmat(y, h->ST, dk, dv, o);
+        cpu_vecmat(q, N, dk, dv, o2);
+        for (int j = 0; j < dv; j++) o[j] += o2[j];
+    }
+    cpu_affine_apply(E + (size_t)(T - 1) * mf, h->ST, dk, dv, tmp);
+    if (p->normalize) cpu_normalize_output(h, p->eps, 0);
+}
+
+/* ---- 2.4 two-level: chunks inside, a scan across segments ---- */
+
+/* Chunks per segment when the caller does not say: about sqrt(chunks), so the segment maps
+ * (O(d^3) each) and the per-segment work stay balanced. */
+static int default_segment_chunks(int nchunks) {
+    int s = 1;
+    while (s * s < nchunks) s++;
+    return s;
+}
+
+static int count_chunks(const cpu_head *h, const cpu_params *p) {
+    int n = 0;
+    for (int ts = 0; ts < h->T; ts = chunk_end(h, p, ts)) n++;
+    return n;
+}
+
+/* At most ceil(T / C) chunks, plus one more for every refresh point that cuts one. */
+static size_t max_chunks(int T, const cpu_params *p) {
+    size_t n = ((size_t)T + p->chunk - 1) / p->chunk;
+    if (p->refresh > 0) n += (size_t)T / p->refresh + 1;
+    return n < (size_t)T ? n : (size_t)T;
+}
+
+size_t cpu_vla_two_level_work(int T, int dk, int dv, const cpu_params *p) {
+    /* Al [T, dk]; chunk starts [T + 1] (as floats' room); segment maps; per-thread scratch. */
+    const int C = p->chunk;
+    const size_t nchunk_max = max_chunks(T, p);
+    const size_t per_thread = (size_t)dk * dv + cpu_chunk_work(C, dk, dv) + (size_t)C * (dk + dv) +
+                              (size_t)C * C + map_floats(dk, dv) * 2;
+    const int nt = p->inner_threads > 0 ? p->inner_threads : 1;
+    return (size_t)T * dk + (nchunk_max + 1) + nchunk_max * map_floats(dk, dv) + a_part_work(C, dk) +
+           (size_t)dk * dv + per_thread * (size_t)nt;
+}
+
+/* The affine map of one chunk on the transposed state, from S_start = anything:
+ *   ST_end = (I - Al^T W) ST_start + Al^T Y,  W = (I + Lw)^{-1} K,  Y = (I + Lw)^{-1} V. */
+static void chunk_map(int c, int dk, int dv, const float *K, const float *Al, const float *V, float *map, float *X,
+                      float *Lw) {
+    float *M = map, *N = map + (size_t)dk * dk;
+    cpu_gemm(0, 1, c, c, dk, 1.0f, K, dk, Al, dk, 0.0f, Lw, c); /* Lw = strictly_lower(K Al^T), unit diagonal */
+    for (int t = 0; t < c; t++) {
+        memcpy(X + (size_t)t * (dk + dv), K + (size_t)t * dk, sizeof(float) * dk);
+        memcpy(X + (size_t)t * (dk + dv) + dk, V + (size_t)t * dv, sizeof(float) * dv);
+    }
+    cpu_trsm_lower(Lw, c, 1, X, c, dk + dv, dk + dv); /* X = [W | Y] */
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dk; j++) M[(size_t)i * dk + j] = (i == j);
+    cpu_gemm(1, 0, dk, dk, c, -1.0f, Al, dk, X, dk + dv, 1.0f, M, dk);     /* M = I - Al^T W */
+    cpu_gemm(1, 0, dk, dv, c, 1.0f, Al, dk, X + dk, dk + dv, 0.0f, N, dv); /* N = Al^T Y */
+}
+
+void cpu_vla_two_level(const cpu_head *h, const cpu_params *p, float *work) {
+    const int dk = h->dk, dv = h->dv, T = h->T, C = p->chunk;
+    const size_t mf = map_floats(dk, dv);
+    const int nchunks = count_chunks(h, p);
+    const int seg = p->segment_chunks > 0 ? p->segment_chunks : default_segment_chunks(nchunks);
+    const int nseg = (nchunks + seg - 1) / seg;
+    const int nt = p->inner_threads > 0 ? p->inner_threads : 1;
+
+    float *Al = work;                               /* [T, dk] */
+    const size_t nchunk_max = max_chunks(T, p);
+    float *starts_f = Al + (size_t)T * dk;          /* [nchunks + 1] chunk starts, stored as int */
+    int *starts = (int *)starts_f;
+    float *maps = starts_f + (nchunk_max + 1);      /* [nseg] segment maps */
+    float *aw = maps + nchunk_max * mf;
+    float *ST_end = aw + a_part_work(C, dk);        /* [dk, dv] the last segment's end state */
+    float *thread_work = ST_end + (size_t)dk * dv;
+    /* Per thread: ST, then scratch for the chunk step (its tail, >= dk*dv floats, also serves
+     * cpu_affine_apply), X, Lw and two maps for the segment maps. */
+    const size_t per_thread = (size_t)dk * dv + cpu_chunk_work(C, dk, dv) + (size_t)C * (dk + dv) + (size_t)C * C +
+                              mf * 2;
+
+    /* Level 0: the A part chunk to chunk (cheap, exact for every R and A_in). */
+    int nc = 0;
+    for (int ts = 0; ts < T;) {
+        const int te = chunk_end(h, p, ts);
+        starts[nc++] = ts;
+        a_part(h, p, ts, te - ts, Al + (size_t)ts * dk, aw);
+        ts = te;
+    }
+    starts[nc] = T;
+
+    /* Level 1: each segment's affine map, independent of the others. */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int sgi = 0; sgi < nseg; sgi++) {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *tw = thread_work + (size_t)me * per_thread;
+        float *X = tw + (size_t)dk * dv + cpu_chunk_work(C, dk, dv), *Lw = X + (size_t)C * (dk + dv);
+        float *cm = Lw + (size_t)C * C, *tmp = cm + mf;
+        float *map = maps + (size_t)sgi * mf;
+        const int c0 = sgi * seg, c1 = c0 + seg < nchunks ? c0 + seg : nchunks;
+        for (int ci = c0; ci < c1; ci++) {
+            const int ts = starts[ci], c = starts[ci + 1] - ts;
+            chunk_map(c, dk, dv, h->kh + (size_t)ts * dk, Al + (size_t)ts * dk, h->v + (size_t)ts * dv,
+                      ci == c0 ? map : cm, X, Lw);
+            if (ci != c0) {
+                cpu_affine_compose(map, cm, dk, dv, tmp); /* map then chunk */
+                memcpy(map, cm, sizeof(float) * mf);
+            }
+        }
+    }
+
+    /* Level 2: Blelloch scan across the segment maps: maps[j] = segments 0..j composed. */
+    cpu_affine_scan(maps, nseg, dk, dv, thread_work);
+
+    /* Level 3: every segment again from its true start state, writing outputs. */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int sgi = 0; sgi < nseg; sgi++) {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *tw = thread_work + (size_t)me * per_thread;
+        float *ST = tw, *cw = ST + (size_t)dk * dv;
+        memcpy(ST, h->ST, sizeof(float) * (size_t)dk * dv);
+        if (sgi > 0) cpu_affine_apply(maps + (size_t)(sgi - 1) * mf, ST, dk, dv, cw);
+        const int c0 = sgi * seg, c1 = c0 + seg < nchunks ? c0 + seg : nchunks;
+        for (int ci = c0; ci < c1; ci++) {
+            const int ts = starts[ci], c = starts[ci + 1] - ts;
+            cpu_chunk_step(c, dk, dv, 1, h->kh + (size_t)ts * dk, Al + (size_t)ts * dk, h->v + (size_t)ts * dv,
+                           h->q + (size_t)ts * dk, NULL, ST, h->o + (size_t)ts * dv, cw);
+        }
+        if (sgi == nseg - 1) memcpy(ST_end, ST, sizeof(float) * (size_t)dk * dv);
+    }
+    memcpy(h->ST, ST_end, sizeof(float) * (size_t)dk * dv); /* after the loop: every segment read ST0 */
+    if (p->normalize) cpu_normalize_output(h, p->eps, 0);
+}
