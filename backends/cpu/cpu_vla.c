@@ -23,35 +23,71 @@ static void normalize_row(float *x, int n, float eps) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* One token of the A recurrence (Sherman-Morrison, then the refresh); writes a_t. z [dk] is work. */
-static void a_step(float *A, const float *u, const float *k, int refresh, float rho, float eps, int dk, float *z,
-                   float *a) {
-    cpu_matvec(A, u, dk, dk, z);
-    const float inv = 1.0f / fmaxf(1.0f + cpu_dot(u, z, dk), eps);
+/* One token of the A recurrence (Sherman-Morrison, then the refresh); writes a_t.
+ * A is kept in double here: in float32 the rank-1 downdates drift (relative error of o about
+ * 1e-5 at T = 4096 and 4e-5 at T = 8192, d = 32..64, growing with T), while the chunked form,
+ * which downdates once per chunk, stays near 1e-6. Double costs little beside the S update and
+ * keeps the sequential form the reference it should be. z [dk] is work. */
+static void a_step(double *A, const float *u, const float *k, int refresh, double rho, double eps, int dk,
+                   double *z, float *a) {
+    double uz = 0.0;
     for (int i = 0; i < dk; i++) {
-        const float zi = z[i] * inv;
-        float *row = A + (size_t)i * dk;
+        const double *row = A + (size_t)i * dk;
+        double s = 0.0;
+        for (int j = 0; j < dk; j++) s += row[j] * u[j];
+        z[i] = s;
+        uz += u[i] * s;
+    }
+    const double inv = 1.0 / fmax(1.0 + uz, eps);
+    for (int i = 0; i < dk; i++) {
+        const double zi = z[i] * inv;
+        double *row = A + (size_t)i * dk;
         for (int j = 0; j < dk; j++) row[j] -= zi * z[j];
     }
     if (refresh)
         for (int i = 0; i < dk; i++) A[(size_t)i * dk + i] += rho;
-    cpu_matvec(A, k, dk, dk, a);
-    normalize_row(a, dk, eps);
+    double nn = 0.0;
+    for (int i = 0; i < dk; i++) {
+        const double *row = A + (size_t)i * dk;
+        double s = 0.0;
+        for (int j = 0; j < dk; j++) s += row[j] * k[j];
+        z[i] = s;
+        nn += s * s;
+    }
+    const double scale = 1.0 / fmax(sqrt(nn), eps);
+    for (int i = 0; i < dk; i++) a[i] = (float)(z[i] * scale);
+}
+
+/* The float A state <-> the double copy the recurrence runs on. */
+static void a_load(double *Ad, const float *A, int dk) {
+    for (size_t i = 0; i < (size_t)dk * dk; i++) Ad[i] = A[i];
+}
+static void a_store(float *A, const double *Ad, int dk) {
+    for (size_t i = 0; i < (size_t)dk * dk; i++) A[i] = (float)Ad[i];
 }
 
 /* ---- 2.1 sequential ---- */
 
+/* Work arrays are carved with offsets rounded to 16 floats: 64-byte aligned, and a double
+ * array may start at any of them. */
+static size_t pad16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Doubles (A and z) first, so they stay 8-byte aligned, then floats. */
+static size_t a_double_work(int dk) { return 2 * ((size_t)dk * dk + dk); }
+
 size_t cpu_vla_sequential_work(int T, int dk, int dv, const cpu_params *p) {
     (void)T; (void)p;
-    return 2 * (size_t)dk + dv;
+    return a_double_work(dk) + (size_t)dk + dv;
 }
 
 void cpu_vla_sequential(const cpu_head *h, const cpu_params *p, float *work) {
     const int dk = h->dk, dv = h->dv;
-    float *z = work, *a = z + dk, *e = a + dk;
+    double *Ad = (double *)work, *z = Ad + (size_t)dk * dk;
+    float *a = work + a_double_work(dk), *e = a + dk;
+    a_load(Ad, h->A, dk);
     for (int t = 0; t < h->T; t++) {
         const float *k = h->kh + (size_t)t * dk, *v = h->v + (size_t)t * dv;
-        a_step(h->A, h->u + (size_t)t * dk, k, is_refresh(h, p, t), p->rho, p->eps, dk, z, a);
+        a_step(Ad, h->u + (size_t)t * dk, k, is_refresh(h, p, t), p->rho, p->eps, dk, z, a);
         cpu_vecmat(k, h->ST, dk, dv, e); /* e = v - S k */
         for (int j = 0; j < dv; j++) e[j] = v[j] - e[j];
         for (int i = 0; i < dk; i++) {
@@ -60,6 +96,7 @@ void cpu_vla_sequential(const cpu_head *h, const cpu_params *p, float *work) {
         }
         cpu_vecmat(h->q + (size_t)t * dk, h->ST, dk, dv, h->o + (size_t)t * dv);
     }
+    a_store(h->A, Ad, dk);
     if (p->normalize) cpu_normalize_output(h, p->eps, 0);
 }
 
@@ -77,7 +114,7 @@ static int chunk_end(const cpu_head *h, const cpu_params *p, int ts) {
 
 /* ---- 2.3 chunked: the A part (exact Woodbury) ---- */
 
-static size_t a_part_work(int C, int dk) { return 2 * (size_t)C * C + 2 * (size_t)C * dk + (size_t)dk; }
+static size_t a_part_work(int C, int dk) { return a_double_work(dk) + 2 * (size_t)C * C + (size_t)C * dk; }
 
 /* Advances A over tokens [ts, ts + c) and writes their a_t into Al [c, dk].
  *   G = I + U A0 U^T = L L^T,  Z = L^{-1} U A0,  Al = rownorm(K A0 - tril(K Z^T) Z),  A -= Z^T Z */
@@ -85,16 +122,19 @@ static void a_part(const cpu_head *h, const cpu_params *p, int ts, int c, float 
     const int dk = h->dk;
     const float *U = h->u + (size_t)ts * dk, *K = h->kh + (size_t)ts * dk;
     const int refresh_last = is_refresh(h, p, ts + c - 1);
-    float *G = work, *M = G + (size_t)c * c, *Z = M + (size_t)c * c, *zw = Z + (size_t)c * dk;
+    double *Ad = (double *)work, *zw = Ad + (size_t)dk * dk;
+    float *G = work + a_double_work(dk), *M = G + (size_t)c * c, *Z = M + (size_t)c * c;
     cpu_gemm(0, 0, c, dk, dk, 1.0f, U, dk, h->A, dk, 0.0f, Z, dk);    /* Z = U A0 */
     cpu_gemm(0, 1, c, c, dk, 1.0f, Z, dk, U, dk, 0.0f, G, c);         /* G = U A0 U^T */
     for (int i = 0; i < c; i++) G[(size_t)i * c + i] += 1.0f;
     if (cpu_cholesky(G, c, c) != 0) {
         /* A0 is not positive definite (a caller's A_in can be anything): the sequential
          * recurrence, with its eps floor, is still defined; run it for this chunk. */
+        a_load(Ad, h->A, dk);
         for (int t = 0; t < c; t++)
-            a_step(h->A, U + (size_t)t * dk, K + (size_t)t * dk, is_refresh(h, p, ts + t), p->rho, p->eps, dk, zw,
+            a_step(Ad, U + (size_t)t * dk, K + (size_t)t * dk, is_refresh(h, p, ts + t), p->rho, p->eps, dk, zw,
                    Al + (size_t)t * dk);
+        a_store(h->A, Ad, dk);
         return;
     }
     cpu_trsm_lower(G, c, 0, Z, c, dk, dk);                            /* Z = L^{-1} U A0 */
@@ -118,12 +158,12 @@ static void a_part(const cpu_head *h, const cpu_params *p, int ts, int c, float 
 
 size_t cpu_vla_chunked_work(int T, int dk, int dv, const cpu_params *p) {
     (void)T;
-    return (size_t)p->chunk * dk + a_part_work(p->chunk, dk) + cpu_chunk_work(p->chunk, dk, dv);
+    return pad16((size_t)p->chunk * dk) + pad16(a_part_work(p->chunk, dk)) + cpu_chunk_work(p->chunk, dk, dv);
 }
 
 void cpu_vla_chunked(const cpu_head *h, const cpu_params *p, float *work) {
     const int dk = h->dk, dv = h->dv;
-    float *Al = work, *aw = Al + (size_t)p->chunk * dk, *sw = aw + a_part_work(p->chunk, dk);
+    float *Al = work, *aw = Al + pad16((size_t)p->chunk * dk), *sw = aw + pad16(a_part_work(p->chunk, dk));
     for (int ts = 0; ts < h->T;) {
         const int te = chunk_end(h, p, ts), c = te - ts;
         a_part(h, p, ts, c, Al, aw);
@@ -140,20 +180,23 @@ static size_t map_floats(int dk, int dv) { return (size_t)dk * dk + (size_t)dk *
 
 size_t cpu_vla_scan_work(int T, int dk, int dv, const cpu_params *p) {
     (void)p;
-    return (size_t)T * map_floats(dk, dv) + (size_t)T * dk + map_floats(dk, dv) + 3 * (size_t)dk + dv;
+    return a_double_work(dk) + (size_t)T * map_floats(dk, dv) + (size_t)T * dk + map_floats(dk, dv) + (size_t)dk + dv;
 }
 
 void cpu_vla_scan(const cpu_head *h, const cpu_params *p, float *work) {
     const int dk = h->dk, dv = h->dv, T = h->T;
     const size_t mf = map_floats(dk, dv);
-    float *E = work;                       /* [T] maps (M_t, N_t) */
+    double *Ad = (double *)work, *z = Ad + (size_t)dk * dk;
+    float *E = work + a_double_work(dk);   /* [T] maps (M_t, N_t) */
     float *Al = E + (size_t)T * mf;        /* [T, dk] */
     float *tmp = Al + (size_t)T * dk;      /* [mf] */
-    float *z = tmp + mf, *y = z + dk, *o2 = y + dk;
+    float *y = tmp + mf, *o2 = y + dk;
     /* The a_t first, by the sequential A recurrence (O(T dk^2), as the paper's code does). */
+    a_load(Ad, h->A, dk);
     for (int t = 0; t < T; t++)
-        a_step(h->A, h->u + (size_t)t * dk, h->kh + (size_t)t * dk, is_refresh(h, p, t), p->rho, p->eps, dk, z,
+        a_step(Ad, h->u + (size_t)t * dk, h->kh + (size_t)t * dk, is_refresh(h, p, t), p->rho, p->eps, dk, z,
                Al + (size_t)t * dk);
+    a_store(h->A, Ad, dk);
     /* Per token, on the transposed state: ST_t = (I - a k^T) ST_{t-1} + a v^T. */
     for (int t = 0; t < T; t++) {
         float *M = E + (size_t)t * mf, *N = M + (size_t)dk * dk;
@@ -207,8 +250,8 @@ size_t cpu_vla_two_level_work(int T, int dk, int dv, const cpu_params *p) {
     const size_t per_thread = (size_t)dk * dv + cpu_chunk_work(C, dk, dv) + (size_t)C * (dk + dv) +
                               (size_t)C * C + map_floats(dk, dv) * 2;
     const int nt = p->inner_threads > 0 ? p->inner_threads : 1;
-    return (size_t)T * dk + (nchunk_max + 1) + nchunk_max * map_floats(dk, dv) + a_part_work(C, dk) +
-           (size_t)dk * dv + per_thread * (size_t)nt;
+    return pad16((size_t)T * dk) + pad16(nchunk_max + 1) + pad16(nchunk_max * map_floats(dk, dv)) +
+           pad16(a_part_work(C, dk)) + pad16((size_t)dk * dv) + per_thread * (size_t)nt;
 }
 
 /* The affine map of one chunk on the transposed state, from S_start = anything:
@@ -238,12 +281,12 @@ void cpu_vla_two_level(const cpu_head *h, const cpu_params *p, float *work) {
 
     float *Al = work;                               /* [T, dk] */
     const size_t nchunk_max = max_chunks(T, p);
-    float *starts_f = Al + (size_t)T * dk;          /* [nchunks + 1] chunk starts, stored as int */
+    float *starts_f = Al + pad16((size_t)T * dk);   /* [nchunks + 1] chunk starts, stored as int */
     int *starts = (int *)starts_f;
-    float *maps = starts_f + (nchunk_max + 1);      /* [nseg] segment maps */
-    float *aw = maps + nchunk_max * mf;
-    float *ST_end = aw + a_part_work(C, dk);        /* [dk, dv] the last segment's end state */
-    float *thread_work = ST_end + (size_t)dk * dv;
+    float *maps = starts_f + pad16(nchunk_max + 1); /* [nseg] segment maps */
+    float *aw = maps + pad16(nchunk_max * mf);
+    float *ST_end = aw + pad16(a_part_work(C, dk)); /* [dk, dv] the last segment's end state */
+    float *thread_work = ST_end + pad16((size_t)dk * dv);
     /* Per thread: ST, then scratch for the chunk step (its tail, >= dk*dv floats, also serves
      * cpu_affine_apply), X, Lw and two maps for the segment maps. */
     const size_t per_thread = (size_t)dk * dv + cpu_chunk_work(C, dk, dv) + (size_t)C * (dk + dv) + (size_t)C * C +
