@@ -1,7 +1,7 @@
 /* libvla: Variational Linear Attention and the attention mechanisms it is measured against.
  *
- * The maths every op computes is defined in VLA-MATH.md (shipped with the project as
- * docs of record); this header only says how to call it.
+ * The maths every op computes is defined in docs/VLA-MATH.md; this header only says how to
+ * call it.
  *
  * Shape conventions (row-major, last index fastest):
  *   q, k, u   [B, T, H, dk]        v, o   [B, T, H, dv]        beta, g   [B, T, H]
