@@ -171,7 +171,9 @@ static vla_status validate(vla_backend *b, const vla_attn_desc *d, const vla_att
         return vla_fail(b, VLA_ERR_INVALID_DIMENSION, "%s: dk = %d is outside 1..256", fn, a->dk);
     if (a->dv < 1 || a->dv > 256)
         return vla_fail(b, VLA_ERR_INVALID_DIMENSION, "%s: dv = %d is outside 1..256", fn, a->dv);
-    if (a->t0 < 0) return vla_fail(b, VLA_ERR_INVALID_PARAMETER, "%s: t0 = %lld < 0", fn, (long long)a->t0);
+    if (a->t0 < 0 || a->t0 > INT64_MAX - a->T)
+        return vla_fail(b, VLA_ERR_INVALID_PARAMETER, "%s: t0 = %lld is outside 0..INT64_MAX - T", fn,
+                        (long long)a->t0);
 
     /* Parameters, checked for the mechanisms that use them. */
     if (!finite(d->eps) || d->eps <= 0)

@@ -1,0 +1,527 @@
+#!/usr/bin/env bash
+# Tests of the vla-run tool. No Python needed: tests/npy_relerr.c compares, slices and
+# concatenates .npy files.
+#
+#   test_vla_run.sh VLA_RUN GOLDEN_DIR NPY_RELERR
+#
+# (a) every golden case, with every algorithm its mechanism has, reproduces o.npy and the final
+#     states to relative error < 1e-5; (b) bad input fails with a non-zero status, exactly one
+#     line "vla-run: ..." on stderr and no output file; (c) --help, --version, --list-devices;
+#     (d) streaming in two pieces equals one whole run; plus the preset's override order, float64
+#     and format 2.0/3.0 inputs, the beta warning, --verbose.
+# Prints one line per check; exits 0 only if all pass.
+set -u
+
+if [ $# -ne 3 ]; then
+    echo "usage: $0 VLA_RUN GOLDEN_DIR NPY_RELERR" >&2
+    exit 2
+fi
+RUN=$1
+GOLD=$2
+REL=$3
+TOL=1e-5
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/test_vla_run.XXXXXX") || exit 2
+trap 'rm -rf "$WORK"' EXIT
+
+NPASS=0
+NFAIL=0
+pass() { echo "PASS: $*"; NPASS=$((NPASS + 1)); }
+fail() { echo "FAIL: $*"; NFAIL=$((NFAIL + 1)); }
+
+# ---- golden cases -----------------------------------------------------------------------------
+# Flags for each case of cases.json (its mechanism and non-default parameters). Optional input
+# files (u, beta, g) and state outputs are added from what the case folder holds.
+declare -A CASE_FLAGS=(
+    [softmax_b2t37h3_dk16_dv24]="--mechanism softmax"
+    [linear_b2t37h3_dk16_dv24]="--mechanism linear"
+    [delta_b2t37h3_dk16_dv24]="--mechanism delta"
+    [delta_gated_b1t50h2_dk8_dv8]="--mechanism delta"
+    [vla_b2t37h3_dk16_dv24]="--mechanism vla"
+    [vla_u_b1t130h2_dk32_dv32]="--mechanism vla"
+    [vla_refresh20_b1t100h1_dk8_dv8]="--mechanism vla --refresh 20 --refresh-size 0.001"
+    [vla_refresh4_rho0.5_b2t45h2_dk8_dv12]="--mechanism vla --refresh 4 --refresh-size 0.5"
+    [vla_preset_paper_b2t61h2_dk16_dv16]="--preset paper"
+)
+
+# Algorithms to try per mechanism ("|" separates runs). Small chunks make several chunks and
+# segments out of the short golden sequences.
+algos_for() {
+    case $1 in
+    softmax) echo "--algo auto|--algo fused" ;;
+    linear | delta) echo "--algo auto|--algo sequential|--algo chunked|--algo chunked --chunk 16|--algo chunked --chunk 5" ;;
+    vla) echo "--algo auto|--algo sequential|--algo scan|--algo chunked|--algo chunked --chunk 16|--algo chunked --chunk 5|--algo two-level|--algo two-level --chunk 8|--algo two-level --chunk 4 --segment-chunks 2" ;;
+    esac
+}
+
+# Every case listed in cases.json must be known here (and every known case listed), so a new
+# golden case cannot be skipped silently.
+check_case_list() {
+    local listed
+    listed=$(grep -oE '^ "[^"]+": \{' "$GOLD/cases.json" | sed -E 's/^ "([^"]+)".*/\1/' | sort)
+    if [ -z "$listed" ]; then
+        fail "cases.json: no cases found in $GOLD/cases.json"
+        return
+    fi
+    local known
+    known=$(printf '%s\n' "${!CASE_FLAGS[@]}" | sort)
+    if [ "$listed" = "$known" ]; then
+        pass "cases.json lists exactly the $(echo "$listed" | wc -l) cases this script knows"
+    else
+        fail "cases.json and this script's case table differ: $(diff <(echo "$listed") <(echo "$known") | grep '^[<>]' | tr '\n' ' ')"
+    fi
+}
+
+# Compares each produced file with its reference (pairs MINE=REF, REF relative to ref_dir or
+# absolute; a missing REF is skipped); sets $CMP_REPORT to "name=relerr ...".
+compare_files() { # out_dir ref_dir pairs...
+    local out=$1 ref=$2 ok=0 e
+    shift 2
+    CMP_REPORT=""
+    for pair in "$@"; do
+        local mine=${pair%%=*} theirs=${pair#*=}
+        case $theirs in /*) ;; *) theirs=$ref/$theirs ;; esac
+        [ -f "$theirs" ] || continue
+        if e=$("$REL" "$out/$mine" "$theirs" "$TOL" 2>&1); then
+            CMP_REPORT+=" ${mine%.npy}=$e"
+        else
+            CMP_REPORT+=" ${mine%.npy}=$(echo "$e" | tr '\n' ' ')(over $TOL)"
+            ok=1
+        fi
+    done
+    return $ok
+}
+
+# Input flags for a case folder: q, k, v and whichever of u, beta, g it has.
+input_flags() { # dir
+    local d=$1 x
+    printf -- '--q\n%s\n--k\n%s\n--v\n%s\n' "$d/q.npy" "$d/k.npy" "$d/v.npy"
+    for x in u beta g; do
+        [ -f "$d/$x.npy" ] && printf -- '--%s\n%s\n' "$x" "$d/$x.npy"
+    done
+}
+
+run_golden() { # case algo_flags
+    local c=$1 algo=$2 d=$GOLD/$1 out
+    out=$(mktemp -d "$WORK/golden.XXXXXX")
+    local -a args
+    mapfile -t args < <(input_flags "$d")
+    args+=(--o "$out/o.npy")
+    [ -f "$d/S_final.npy" ] && args+=(--state-out "$out/S.npy")
+    [ -f "$d/A_final.npy" ] && args+=(--a-state-out "$out/A.npy")
+    [ -f "$d/n_final.npy" ] && args+=(--n-state-out "$out/n.npy")
+    # shellcheck disable=SC2086  # the flag strings are meant to split into words
+    if ! "$RUN" ${CASE_FLAGS[$c]} $algo "${args[@]}" >"$out/stdout" 2>"$out/stderr"; then
+        fail "golden $c [$algo]: vla-run failed: $(head -n 3 "$out/stderr")"
+        return
+    fi
+    if [ -s "$out/stdout" ] || [ -s "$out/stderr" ]; then
+        fail "golden $c [$algo]: printed something on success: $(head -c 200 "$out/stdout" "$out/stderr")"
+        return
+    fi
+    if compare_files "$out" "$d" o.npy=o.npy S.npy=S_final.npy A.npy=A_final.npy n.npy="$(n_reference "$c")"; then
+        pass "golden $c [$algo]:$CMP_REPORT"
+    else
+        fail "golden $c [$algo]:$CMP_REPORT"
+    fi
+}
+
+# The reference for the final n of a case: its n_final.npy when that is a readable float
+# array; otherwise sum_t elu(k_t) + 1 (what n is for linear and for VLA with phi = elu1, the
+# only mechanisms that carry n), computed here, with a NOTE, so the check still happens.
+n_reference() { # case
+    local d=$GOLD/$1 e
+    [ -f "$d/n_final.npy" ] || return 0
+    if "$REL" "$d/n_final.npy" "$d/n_final.npy" 0 >/dev/null 2>&1; then
+        echo "$d/n_final.npy"
+        return
+    fi
+    local alt=$WORK/nref/$1/n_final.npy
+    if [ ! -f "$alt" ]; then
+        mkdir -p "${alt%/*}"
+        e=$("$REL" "$d/n_final.npy" "$d/n_final.npy" 0 2>&1 | head -n 1)
+        echo "NOTE: golden $1: unusable n_final.npy ($e); checking n against sum_t elu(k_t)+1 instead" >&2
+        "$REL" --elu1-sum "$d/k.npy" "$alt" >&2
+    fi
+    echo "$alt"
+}
+
+golden_tests() {
+    check_case_list
+    local c mech algo
+    for c in $(printf '%s\n' "${!CASE_FLAGS[@]}" | sort); do
+        if [ ! -f "$GOLD/$c/q.npy" ]; then
+            fail "golden $c: no such case folder in $GOLD"
+            continue
+        fi
+        mech=$(echo "${CASE_FLAGS[$c]}" | sed -nE 's/.*--mechanism ([a-z]+).*/\1/p')
+        [ -n "$mech" ] || mech=vla # --preset paper
+        IFS='|' read -r -a algos <<<"$(algos_for "$mech")"
+        for algo in "${algos[@]}"; do run_golden "$c" "$algo"; done
+    done
+}
+
+# ---- crafted .npy files -------------------------------------------------------------------------
+
+# make_npy PATH MAJOR DICT DATA_FILE: a .npy of format MAJOR.0 with header DICT (padded to 64
+# bytes, ending in '\n') followed by the bytes of DATA_FILE.
+make_npy() {
+    local path=$1 major=$2 dict=$3 data=$4 pre hl
+    pre=$([ "$major" = 1 ] && echo 10 || echo 12)
+    hl=$(((pre + ${#dict} + 1 + 63) / 64 * 64 - pre))
+    {
+        printf '\x93NUMPY'
+        printf "\\x$(printf %02x "$major")\\x00"
+        printf "\\x$(printf %02x $((hl & 255)))\\x$(printf %02x $(((hl >> 8) & 255)))"
+        [ "$major" = 1 ] || printf '\x00\x00'
+        printf '%s' "$dict"
+        printf "%$((hl - ${#dict} - 1))s" ''
+        printf '\n'
+        cat "$data"
+    } >"$path"
+}
+
+# The header dict and the data bytes of an existing version 1.0 .npy.
+npy_dict() { # file
+    local hl
+    hl=$(od -An -tu1 -j8 -N2 "$1" | awk '{print $1 + 256 * $2}')
+    head -c $((10 + hl)) "$1" | tail -c "$hl" | sed -E 's/[[:space:]]+$//'
+}
+npy_data() { # file out
+    local hl
+    hl=$(od -An -tu1 -j8 -N2 "$1" | awk '{print $1 + 256 * $2}')
+    tail -c +$((10 + hl + 1)) "$1" >"$2"
+}
+
+# n bytes of zeros, and n float32 copies of 2.0 (outside beta's (0, 1]).
+zeros() { head -c "$1" /dev/zero; }
+twos() {
+    local i
+    for ((i = 0; i < $1; i++)); do printf '\x00\x00\x00\x40'; done
+}
+
+# ---- bad input ------------------------------------------------------------------------------------
+BN=0
+BD=
+new_bad() { # fresh empty folder for one bad run's outputs: $BD
+    BN=$((BN + 1))
+    BD=$WORK/bad$BN
+    mkdir -p "$BD"
+}
+
+# expect_bad NAME ARGS...: non-zero exit (not a signal), exactly one stderr line starting
+# "vla-run: ", nothing on stdout, nothing left in $BD.
+expect_bad() {
+    local name=$1 rc lines left
+    shift
+    "$RUN" "$@" >"$WORK/bad$BN.out" 2>"$WORK/bad$BN.err"
+    rc=$?
+    lines=$(wc -l <"$WORK/bad$BN.err")
+    left=$(ls -A "$BD")
+    local msg
+    msg=$(head -c 300 "$WORK/bad$BN.err" | tr '\n' ' ')
+    if [ $rc -eq 0 ]; then
+        fail "bad input: $name: exit status 0"
+    elif [ $rc -ge 126 ]; then
+        fail "bad input: $name: exit status $rc (crash or signal): $msg"
+    elif [ "$lines" -ne 1 ] || ! head -n 1 "$WORK/bad$BN.err" | grep -q '^vla-run: .*: .'; then
+        fail "bad input: $name: expected one stderr line 'vla-run: <what>: <problem>', got $lines: $msg"
+    elif [ -s "$WORK/bad$BN.out" ]; then
+        fail "bad input: $name: printed on stdout"
+    elif [ -n "$left" ]; then
+        fail "bad input: $name: left files behind: $left"
+    else
+        pass "bad input: $name (exit $rc): $msg"
+    fi
+}
+
+bad_input_tests() {
+    local C=$GOLD/vla_b2t37h3_dk16_dv24 L=$GOLD/linear_b2t37h3_dk16_dv24 D=$GOLD/delta_b2t37h3_dk16_dv24
+    local P=$GOLD/vla_preset_paper_b2t61h2_dk16_dv16 X=$WORK/inputs
+    mkdir -p "$X"
+    local -a VLA=(--mechanism vla --k "$C/k.npy" --v "$C/v.npy") # --q and --o added per case
+    local qdict
+    qdict=$(npy_dict "$C/q.npy")
+
+    # files
+    new_bad; expect_bad "missing file" "${VLA[@]}" --q "$X/no-such.npy" --o "$BD/o.npy"
+    head -c $(($(wc -c <"$C/q.npy") - 4)) "$C/q.npy" >"$X/trunc.npy"
+    new_bad; expect_bad "truncated file" "${VLA[@]}" --q "$X/trunc.npy" --o "$BD/o.npy"
+    cat "$C/q.npy" >"$X/extra.npy"; printf 'abcd' >>"$X/extra.npy"
+    new_bad; expect_bad "bytes after the data" "${VLA[@]}" --q "$X/extra.npy" --o "$BD/o.npy"
+    zeros $((2 * 37 * 3 * 16 * 8)) >"$X/z8"
+    make_npy "$X/i8.npy" 1 "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 37, 3, 16), }" "$X/z8"
+    new_bad; expect_bad "int64 npy" "${VLA[@]}" --q "$X/i8.npy" --o "$BD/o.npy"
+    zeros $((2 * 37 * 3 * 16 * 4)) >"$X/z4"
+    make_npy "$X/be.npy" 1 "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 37, 3, 16), }" "$X/z4"
+    new_bad; expect_bad "big-endian float32" "${VLA[@]}" --q "$X/be.npy" --o "$BD/o.npy"
+    make_npy "$X/fo.npy" 1 "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 37, 3, 16), }" "$X/z4"
+    new_bad; expect_bad "fortran order" "${VLA[@]}" --q "$X/fo.npy" --o "$BD/o.npy"
+    make_npy "$X/obj.npy" 1 "{'descr': '|O', 'fortran_order': False, 'shape': (2, 37, 3, 16), }" "$X/z8"
+    new_bad; expect_bad "object dtype" "${VLA[@]}" --q "$X/obj.npy" --o "$BD/o.npy"
+    make_npy "$X/garbage.npy" 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 37, 3, 16), } junk" "$X/z4"
+    new_bad; expect_bad "header garbage" "${VLA[@]}" --q "$X/garbage.npy" --o "$BD/o.npy"
+    make_npy "$X/nodict.npy" 1 "print('hello')" "$X/z4"
+    new_bad; expect_bad "header not a dict" "${VLA[@]}" --q "$X/nodict.npy" --o "$BD/o.npy"
+    make_npy "$X/v9.npy" 9 "$qdict" "$X/z4"
+    new_bad; expect_bad "format version 9.0" "${VLA[@]}" --q "$X/v9.npy" --o "$BD/o.npy"
+    make_npy "$X/ovf.npy" 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4, 4, 16), }" "$X/z4"
+    new_bad; expect_bad "shape product overflow" "${VLA[@]}" --q "$X/ovf.npy" --o "$BD/o.npy"
+    make_npy "$X/huge.npy" 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (200000, 100000, 3, 16), }" "$X/z4"
+    new_bad; expect_bad "absurd shape for the file size" "${VLA[@]}" --q "$X/huge.npy" --o "$BD/o.npy"
+    { printf '\x93NUMPY\x02\x00\xff\xff\xff\xff'; cat "$X/z4"; } >"$X/hlen.npy"
+    new_bad; expect_bad "header length past the end" "${VLA[@]}" --q "$X/hlen.npy" --o "$BD/o.npy"
+    { printf 'XNUMPY'; tail -c +7 "$C/q.npy"; } >"$X/magic.npy"
+    new_bad; expect_bad "bad magic" "${VLA[@]}" --q "$X/magic.npy" --o "$BD/o.npy"
+    : >"$X/empty.npy"
+    new_bad; expect_bad "empty file" "${VLA[@]}" --q "$X/empty.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "a folder as input" "${VLA[@]}" --q "$X" --o "$BD/o.npy"
+    : >"$X/nothing"
+    make_npy "$X/zero.npy" 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 37, 3, 16), }" "$X/nothing"
+    new_bad; expect_bad "zero-length axis" "${VLA[@]}" --q "$X/zero.npy" --o "$BD/o.npy"
+
+    # shapes
+    new_bad; expect_bad "k shape != q shape" "${VLA[@]}" --q "$C/q.npy" --k "$GOLD/vla_refresh20_b1t100h1_dk8_dv8/k.npy" --o "$BD/o.npy"
+    "$REL" --slice "$C/v.npy" 1 0 36 "$X/v_t36.npy"
+    new_bad; expect_bad "v with the wrong T" "${VLA[@]}" --q "$C/q.npy" --v "$X/v_t36.npy" --o "$BD/o.npy"
+    "$REL" --slice "$C/q.npy" 3 0 8 "$X/q_dk8.npy"
+    new_bad; expect_bad "u shape != q shape" "${VLA[@]}" --q "$C/q.npy" --u "$X/q_dk8.npy" --o "$BD/o.npy"
+    "$REL" --slice "$C/q.npy" 3 0 1 "$X/q_dk1.npy"
+    new_bad; expect_bad "q with 4 dims but k of another dk" "${VLA[@]}" --q "$X/q_dk1.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "beta not [B,T,H]" --mechanism delta --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" --beta "$D/q.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "state file of the wrong shape" "${VLA[@]}" --q "$C/q.npy" --state-in "$C/A_final.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "A state of the wrong shape" "${VLA[@]}" --q "$C/q.npy" --a-state-in "$C/S_final.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "n state of the wrong shape" --mechanism linear --q "$L/q.npy" --k "$L/k.npy" --v "$L/v.npy" --n-state-in "$L/S_final.npy" --o "$BD/o.npy"
+
+    # command line
+    new_bad; expect_bad "unknown flag" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --bogus 3
+    new_bad; expect_bad "positional argument" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" stray
+    new_bad; expect_bad "missing value at the end" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --lambda0
+    new_bad; expect_bad "missing value before a flag" "${VLA[@]}" --q --o "$BD/o.npy"
+    new_bad; expect_bad "missing --mechanism" --q "$C/q.npy" --k "$C/k.npy" --v "$C/v.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "missing --o" "${VLA[@]}" --q "$C/q.npy"
+    new_bad; expect_bad "--lambda0 -1" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --lambda0 -1
+    new_bad; expect_bad "--lambda0 abc" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --lambda0 abc
+    new_bad; expect_bad "--lambda0 0.1x" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --lambda0 0.1x
+    new_bad; expect_bad "--lambda0 1e999" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --lambda0 1e999
+    new_bad; expect_bad "--lambda0 nan" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --lambda0 nan
+    new_bad; expect_bad "--eps 0" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --eps 0
+    new_bad; expect_bad "--chunk 1.5" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --chunk 1.5
+    new_bad; expect_bad "--chunk 99999999999" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --chunk 99999999999
+    new_bad; expect_bad "--chunk 0" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --algo chunked --chunk 0
+    new_bad; expect_bad "--refresh -1" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --refresh -1
+    new_bad; expect_bad "--position -1" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --position -1
+    new_bad; expect_bad "--threads -1" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --threads -1
+    new_bad; expect_bad "--verbose=1 (takes no value)" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --verbose=1
+    new_bad; expect_bad "--normalize-output with --feature-map none on vla" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --normalize-output --feature-map none
+    new_bad; expect_bad "--mechanism bogus" --mechanism bogus --q "$C/q.npy" --k "$C/k.npy" --v "$C/v.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "--feature-map bogus" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --feature-map bogus
+    new_bad; expect_bad "--preset bogus" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --preset bogus
+    new_bad; expect_bad "--algo bogus" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --algo bogus
+    new_bad; expect_bad "--backend nosuch" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --backend nosuch
+    new_bad; expect_bad "--algo scan for linear" --mechanism linear --q "$L/q.npy" --k "$L/k.npy" --v "$L/v.npy" --o "$BD/o.npy" --algo scan
+    new_bad; expect_bad "--beta given to vla" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --beta "$D/beta.npy"
+    new_bad; expect_bad "--state-in for softmax" --mechanism softmax --q "$C/q.npy" --k "$C/k.npy" --v "$C/v.npy" --state-in "$C/S_final.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "--n-state-out for unnormalised vla" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --n-state-out "$BD/n.npy"
+    new_bad; expect_bad "--no-normalize-output with --normalize-output" --preset paper --q "$P/q.npy" --k "$P/k.npy" --v "$P/v.npy" --o "$BD/o.npy" --normalize-output --no-normalize-output
+    new_bad; expect_bad "--o and --state-out the same file" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --state-out "$BD/o.npy"
+    # The op succeeds, o is written, then S cannot be: o must be removed again.
+    new_bad; expect_bad "second output unwritable (first one removed)" "${VLA[@]}" --q "$C/q.npy" --o "$BD/o.npy" --state-out "$BD/no/such/dir/S.npy"
+    new_bad; expect_bad "output into a missing folder" "${VLA[@]}" --q "$C/q.npy" --o "$BD/no/such/dir/o.npy"
+}
+
+# Overwrites bytes of q.npy's prefix and header one at a time: whatever vla-run makes of it,
+# it must not crash, and a failure must keep the one-line, no-output contract.
+fuzz_header_tests() {
+    local C=$GOLD/vla_b2t37h3_dk16_dv24 X=$WORK/fuzz off val rc bad=0 n=0 hl
+    mkdir -p "$X"
+    hl=$(od -An -tu1 -j8 -N2 "$C/q.npy" | awk '{print $1 + 256 * $2}')
+    for ((off = 0; off < 10 + hl; off++)); do
+        for val in '\xff' '\x00' '9' ')' "'"; do
+            cp "$C/q.npy" "$X/q.npy"
+            printf "$val" | dd of="$X/q.npy" bs=1 seek="$off" conv=notrunc status=none
+            rm -f "$X/o.npy"
+            "$RUN" --mechanism vla --q "$X/q.npy" --k "$C/k.npy" --v "$C/v.npy" --o "$X/o.npy" >/dev/null 2>"$X/err"
+            rc=$?
+            n=$((n + 1))
+            if [ $rc -ge 126 ] || { [ $rc -ne 0 ] && { [ "$(wc -l <"$X/err")" -ne 1 ] || [ -e "$X/o.npy" ]; }; }; then
+                bad=$((bad + 1))
+                [ $bad -le 3 ] && echo "  fuzz: byte $off = $val: exit $rc: $(head -c 200 "$X/err")"
+            fi
+        done
+    done
+    if [ $bad -eq 0 ]; then
+        pass "header fuzz: $n corrupted files, no crash, every failure one line and no output"
+    else
+        fail "header fuzz: $bad of $n corrupted files broke the contract"
+    fi
+}
+
+# ---- help, version, devices -----------------------------------------------------------------------
+info_tests() {
+    local out=$WORK/help.txt rc missing=""
+    "$RUN" --help >"$out" 2>"$WORK/help.err"
+    rc=$?
+    local f
+    for f in --backend --mechanism --algo --chunk --q --k --v --u --beta --g --o --lambda0 --eps --refresh \
+        --refresh-size --u-scale --feature-map --normalize-output --scale --position --state-in --state-out \
+        --a-state-in --a-state-out --n-state-in --n-state-out --preset --threads --list-devices --version --help \
+        --verbose; do
+        grep -qE -- "(^|[[:space:]])$f([[:space:]=]|$)" "$out" || missing+=" $f"
+    done
+    if [ $rc -ne 0 ]; then
+        fail "--help: exit status $rc"
+    elif [ -n "$missing" ]; then
+        fail "--help: does not mention:$missing"
+    elif ! grep -q 'default' "$out"; then
+        fail "--help: shows no defaults"
+    else
+        pass "--help: exit 0, mentions every flag, with defaults"
+    fi
+    if "$RUN" --version >"$out" 2>/dev/null && grep -qE '[0-9]+\.[0-9]+\.[0-9]+' "$out"; then
+        pass "--version: $(cat "$out")"
+    else
+        fail "--version: no version printed"
+    fi
+    if "$RUN" --list-devices >"$out" 2>/dev/null && grep -q '^cpu' "$out"; then
+        pass "--list-devices: lists cpu"
+    else
+        fail "--list-devices: did not list cpu: $(head -c 200 "$out")"
+    fi
+}
+
+# ---- streaming ---------------------------------------------------------------------------------------
+# run_whole / run_piece print nothing; they leave o.npy and the states in the folder given.
+PAPER=$GOLD/vla_preset_paper_b2t61h2_dk16_dv16
+STREAM=(--preset paper --refresh 4 --refresh-size 0.5)
+
+streaming_tests() {
+    local X=$WORK/stream algo tag T=61 SPLIT=23
+    mkdir -p "$X"
+    local x
+    for x in q k v u; do
+        "$REL" --slice "$PAPER/$x.npy" 1 0 $SPLIT "$X/${x}1.npy" || { fail "streaming: cannot split $x.npy"; return; }
+        "$REL" --slice "$PAPER/$x.npy" 1 $SPLIT $T "$X/${x}2.npy" || { fail "streaming: cannot split $x.npy"; return; }
+    done
+    local -a algos=("--algo sequential" "--algo scan" "--algo chunked" "--algo chunked --chunk 8"
+        "--algo two-level --chunk 4" "--algo auto")
+    local ref=$X/whole_seq
+    for algo in "${algos[@]}"; do
+        tag=$(echo "$algo" | tr -c 'a-z0-9' '_')
+        local w=$X/whole_$tag p=$X/piece_$tag
+        mkdir -p "$w" "$p"
+        # shellcheck disable=SC2086
+        if ! "$RUN" "${STREAM[@]}" $algo --q "$PAPER/q.npy" --k "$PAPER/k.npy" --v "$PAPER/v.npy" --u "$PAPER/u.npy" \
+            --o "$w/o.npy" --state-out "$w/S.npy" --a-state-out "$w/A.npy" --n-state-out "$w/n.npy" 2>"$w/err" ||
+            ! "$RUN" "${STREAM[@]}" $algo --q "$X/q1.npy" --k "$X/k1.npy" --v "$X/v1.npy" --u "$X/u1.npy" \
+                --o "$p/o1.npy" --state-out "$p/S1.npy" --a-state-out "$p/A1.npy" --n-state-out "$p/n1.npy" 2>"$p/err1" ||
+            ! "$RUN" "${STREAM[@]}" $algo --q "$X/q2.npy" --k "$X/k2.npy" --v "$X/v2.npy" --u "$X/u2.npy" \
+                --position $SPLIT --state-in "$p/S1.npy" --a-state-in "$p/A1.npy" --n-state-in "$p/n1.npy" \
+                --o "$p/o2.npy" --state-out "$p/S.npy" --a-state-out "$p/A.npy" --n-state-out "$p/n.npy" 2>"$p/err2"; then
+            fail "streaming [$algo]: vla-run failed: $(cat "$w/err" "$p"/err* 2>/dev/null | head -c 300)"
+            continue
+        fi
+        "$REL" --concat 1 "$p/o1.npy" "$p/o2.npy" "$p/o.npy" || { fail "streaming [$algo]: concat failed"; continue; }
+        if compare_files "$p" "$w" o.npy=o.npy S.npy=S.npy A.npy=A.npy n.npy=n.npy; then
+            pass "streaming [$algo]: pieces 0:$SPLIT + $SPLIT:$T equal the whole run:$CMP_REPORT"
+        else
+            fail "streaming [$algo]: pieces differ from the whole run:$CMP_REPORT"
+        fi
+        if [ "$algo" = "--algo sequential" ]; then
+            ref=$w
+        elif compare_files "$w" "$ref" o.npy=o.npy S.npy=S.npy A.npy=A.npy n.npy=n.npy; then
+            pass "streaming [$algo]: whole run equals sequential:$CMP_REPORT"
+        else
+            fail "streaming [$algo]: whole run differs from sequential:$CMP_REPORT"
+        fi
+    done
+}
+
+# ---- the preset and explicit flags, input formats, warnings, --verbose ---------------------------------
+run_paper() { # out_dir extra flags...
+    local out=$1
+    shift
+    mkdir -p "$out"
+    "$RUN" --q "$PAPER/q.npy" --k "$PAPER/k.npy" --v "$PAPER/v.npy" --u "$PAPER/u.npy" --o "$out/o.npy" "$@" 2>"$out/err"
+}
+
+misc_tests() {
+    local X=$WORK/misc e
+    mkdir -p "$X"
+    # Explicit flags beat the preset whatever their order; and they do change the result.
+    if run_paper "$X/a" --refresh 4 --refresh-size 0.5 --preset paper &&
+        run_paper "$X/b" --preset paper --refresh 4 --refresh-size 0.5 && run_paper "$X/c" --preset paper; then
+        if e=$("$REL" "$X/a/o.npy" "$X/b/o.npy" 0) && ! "$REL" "$X/a/o.npy" "$X/c/o.npy" 1e-6 >/dev/null 2>&1; then
+            pass "preset: explicit flags override it before or after --preset (difference $e)"
+        else
+            fail "preset: explicit flags do not override it in both orders"
+        fi
+    else
+        fail "preset: vla-run failed: $(cat "$X"/*/err | head -c 300)"
+    fi
+
+    # float64 inputs (the reference o.npy used as v) give what their float32 rounding gives;
+    # format 2.0 and 3.0 files read as 1.0 does.
+    local C=$GOLD/vla_b2t37h3_dk16_dv24
+    "$REL" --slice "$C/o.npy" 0 0 2 "$X/v32.npy"
+    npy_data "$C/q.npy" "$X/qdata"
+    make_npy "$X/q_v2.npy" 2 "$(npy_dict "$C/q.npy")" "$X/qdata"
+    make_npy "$X/q_v3.npy" 3 "$(npy_dict "$C/q.npy")" "$X/qdata"
+    mkdir -p "$X/f64" "$X/f32" "$X/v2" "$X/v3"
+    if "$RUN" --mechanism vla --q "$C/q.npy" --k "$C/k.npy" --v "$C/o.npy" --o "$X/f64/o.npy" &&
+        "$RUN" --mechanism vla --q "$C/q.npy" --k "$C/k.npy" --v "$X/v32.npy" --o "$X/f32/o.npy" &&
+        e=$("$REL" "$X/f64/o.npy" "$X/f32/o.npy" 0); then
+        pass "float64 input: same result as its float32 rounding ($e)"
+    else
+        fail "float64 input: failed or differs"
+    fi
+    "$RUN" --mechanism vla --q "$C/q.npy" --k "$C/k.npy" --v "$C/v.npy" --o "$X/f32/o_ref.npy"
+    local ver
+    for ver in 2 3; do
+        if "$RUN" --mechanism vla --q "$X/q_v$ver.npy" --k "$C/k.npy" --v "$C/v.npy" --o "$X/v$ver/o.npy" &&
+            e=$("$REL" "$X/v$ver/o.npy" "$X/f32/o_ref.npy" 0); then
+            pass "format $ver.0 input: read like 1.0 ($e)"
+        else
+            fail "format $ver.0 input: failed or differs"
+        fi
+    done
+
+    # beta outside (0, 1]: a warning on stderr, and the op still runs.
+    local G=$GOLD/delta_gated_b1t50h2_dk8_dv8
+    twos 100 >"$X/twos"
+    make_npy "$X/beta2.npy" 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 50, 2), }" "$X/twos"
+    mkdir -p "$X/warn"
+    if "$RUN" --mechanism delta --q "$G/q.npy" --k "$G/k.npy" --v "$G/v.npy" --beta "$X/beta2.npy" \
+        --o "$X/warn/o.npy" 2>"$X/warn/err" && [ -f "$X/warn/o.npy" ] && grep -q 'warning.*beta2.npy.*outside' "$X/warn/err"; then
+        pass "beta = 2: warns and still runs: $(head -n 1 "$X/warn/err")"
+    else
+        fail "beta = 2: no warning, or the op did not run: $(head -c 300 "$X/warn/err")"
+    fi
+
+    # --verbose: one summary line on stderr, nothing on stdout.
+    mkdir -p "$X/verbose"
+    if "$RUN" --mechanism vla --q "$C/q.npy" --k "$C/k.npy" --v "$C/v.npy" --o "$X/verbose/o.npy" --verbose \
+        >"$X/verbose/out" 2>"$X/verbose/err" && [ ! -s "$X/verbose/out" ] && [ "$(wc -l <"$X/verbose/err")" -eq 1 ]; then
+        pass "--verbose: $(cat "$X/verbose/err")"
+    else
+        fail "--verbose: expected one stderr line and an empty stdout"
+    fi
+
+    # --flag=value works like --flag value.
+    mkdir -p "$X/eq"
+    if "$RUN" --mechanism=vla --q="$C/q.npy" --k="$C/k.npy" --v="$C/v.npy" --o="$X/eq/o.npy" &&
+        e=$("$REL" "$X/eq/o.npy" "$X/f32/o_ref.npy" 0); then
+        pass "--flag=value form ($e)"
+    else
+        fail "--flag=value form: failed or differs"
+    fi
+}
+
+golden_tests
+bad_input_tests
+fuzz_header_tests
+info_tests
+streaming_tests
+misc_tests
+
+echo "test_vla_run: $NPASS passed, $NFAIL failed"
+[ $NFAIL -eq 0 ]
