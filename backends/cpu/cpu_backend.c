@@ -57,8 +57,11 @@ static int max_threads(const vla_backend *b) {
 #endif
 }
 
+static void cpu_describe(char *out, size_t n, int threads);
+
 static vla_status cpu_set_threads(vla_backend *b, int threads) {
     ((cpu_context *)b->context)->threads = threads;
+    cpu_describe(b->device, sizeof b->device, max_threads(b)); /* the description names the count */
     return VLA_OK;
 }
 
@@ -266,11 +269,7 @@ static const vla_backend_iface cpu_iface = {
     .close = cpu_close,
 };
 
-static void cpu_describe(char *out, size_t n) {
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
+static void cpu_describe(char *out, size_t n, int threads) {
     snprintf(out, n, "host CPU, %d OpenMP threads%s", threads,
 #ifdef VLA_HAVE_CBLAS
              ", OpenBLAS"
@@ -289,7 +288,7 @@ static vla_status cpu_open(const char *device, vla_backend *b) {
     b->iface = &cpu_iface;
     b->context = ctx;
     snprintf(b->name, sizeof b->name, "cpu");
-    cpu_describe(b->device, sizeof b->device);
+    cpu_describe(b->device, sizeof b->device, max_threads(b));
     return VLA_OK;
 }
 
@@ -298,7 +297,11 @@ static void cpu_list(vla_device_info *out, int max, int *count) {
         vla_device_info *d = &out[*count];
         memset(d, 0, sizeof *d);
         snprintf(d->name, sizeof d->name, "cpu");
-        cpu_describe(d->description, sizeof d->description);
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        cpu_describe(d->description, sizeof d->description, threads);
         d->is_gpu = 0;
     }
     (*count)++;
