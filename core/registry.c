@@ -44,6 +44,9 @@ vla_status vla_backend_open(const char *name, vla_backend **out) {
         return vla_backend_open("cpu", out);
     }
     size_t len = strcspn(name, ":");
+    if (name[len] == ':' && name[len + 1] == '\0')
+        return vla_fail(NULL, VLA_ERR_UNKNOWN_BACKEND,
+                        "vla_backend_open: '%s' names no device after the ':' (e.g. '%.*s:0')", name, (int)len, name);
     for (size_t i = 0; i < N_ENTRIES; i++) {
         if (strlen(entries[i]->name) == len && strncmp(entries[i]->name, name, len) == 0)
             return open_entry(entries[i], name[len] == ':' ? name + len + 1 : "", out);

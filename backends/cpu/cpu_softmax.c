@@ -60,8 +60,23 @@ static void query_tile(const cpu_head *h, float scale, int i0, int i1, float *wo
             float *ar = acc + (size_t)r * dv;
             for (int d = 0; d < dv; d++) ar[d] *= corr;
         }
-        /* acc += P V */
-        cpu_gemm(0, 0, nq, dv, nk, 1.0f, Sc, KB, h->v + (size_t)j0 * dv, dv, 1.0f, acc, dv);
+        /* acc += P V. A tile that reaches past row i0 holds masked keys: there each row sums
+         * only its visible keys, so a NaN in a future v cannot reach an earlier output
+         * through 0 * NaN. */
+        const float *vt = h->v + (size_t)j0 * dv;
+        if (j1 <= i0 + 1) {
+            cpu_gemm(0, 0, nq, dv, nk, 1.0f, Sc, KB, vt, dv, 1.0f, acc, dv);
+        } else {
+            for (int r = 0; r < nq; r++) {
+                const int last = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk;
+                float *ar = acc + (size_t)r * dv;
+                for (int c = 0; c < last; c++) {
+                    const float pc = Sc[(size_t)r * KB + c];
+                    const float *vc = vt + (size_t)c * dv;
+                    for (int d = 0; d < dv; d++) ar[d] += pc * vc[d];
+                }
+            }
+        }
     }
     for (int r = 0; r < nq; r++) {
         float *o = h->o + (size_t)(i0 + r) * dv;

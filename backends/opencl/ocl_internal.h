@@ -1,0 +1,101 @@
+/* OpenCL backend internals shared by ocl_backend.c (devices, context, buffers, programs) and
+ * ocl_ops.c (the attention op: workspace and kernel launches). */
+#ifndef VLA_OCL_INTERNAL_H
+#define VLA_OCL_INTERNAL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include "vla_impl.h"
+
+/* Kernel families: one program each, built from common.cl + the family's file on first use. */
+typedef enum ocl_family {
+    OCL_FAM_PREP,         /* prep.cl */
+    OCL_FAM_SOFTMAX,      /* softmax.cl */
+    OCL_FAM_LINEAR_DELTA, /* linear_delta.cl */
+    OCL_FAM_VLA,          /* vla.cl */
+    OCL_NFAM
+} ocl_family;
+
+typedef enum ocl_kernel_id {
+    OCL_K_PREP,
+    OCL_K_NORM_OUT,
+    OCL_K_INIT_A_REAL,
+    OCL_K_STORE_A_REAL,
+    OCL_K_INIT_A_F32,
+    OCL_K_AFFINE_LEVEL,
+    OCL_K_AFFINE_APPLY,
+    OCL_K_SOFTMAX,
+    OCL_K_GDR_SEQ,
+    OCL_K_GDR_CHUNK_PREP,
+    OCL_K_GDR_CHUNK_RUN,
+    OCL_K_VLA_SEQ,
+    OCL_K_VLA_A_CHUNKED,
+    OCL_K_SCAN_MAPS,
+    OCL_K_SCAN_OUT,
+    OCL_K_CHUNK_MAP,
+    OCL_K_SEG_COMPOSE,
+    OCL_NK
+} ocl_kernel_id;
+
+/* Workspace slots: device scratch of the op, grown on demand and kept between calls (a
+ * streaming caller makes many calls of one shape). */
+typedef enum ocl_ws {
+    OCL_WS_QF, OCL_WS_KF, OCL_WS_KH, OCL_WS_UU, OCL_WS_W, OCL_WS_AL,
+    OCL_WS_WR, OCL_WS_Y, OCL_WS_MQ, OCL_WS_DM, OCL_WS_LM, OCL_WS_GAM, OCL_WS_DL,
+    OCL_WS_ST, OCL_WS_ST2, OCL_WS_STSEG, OCL_WS_AT, OCL_WS_AF, OCL_WS_AD,
+    OCL_WS_Z, OCL_WS_G, OCL_WS_M, OCL_WS_MAPS, OCL_WS_SEGMAPS, OCL_WS_STARTS, OCL_WS_TMP,
+    OCL_NWS
+} ocl_ws;
+
+typedef struct ocl_ctx {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context context;
+    cl_command_queue queue; /* in order, profiling enabled */
+    int fp64;               /* cl_khr_fp64: the A recurrence runs in double */
+    int clblast;            /* scan levels through CLBlast (built with it, not VLA_OPENCL_NO_CLBLAST) */
+    size_t max_wg;          /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    cl_ulong local_mem;     /* CL_DEVICE_LOCAL_MEM_SIZE */
+    cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    cl_uint compute_units;
+    int is_gpu;
+    cl_program programs[OCL_NFAM]; /* built lazily, once per handle */
+    cl_kernel kernels[OCL_NK];     /* created lazily from their family's program */
+    size_t kernel_max_wg[OCL_NK];  /* CL_KERNEL_WORK_GROUP_SIZE */
+    cl_mem dummy;                  /* bound to optional buffer arguments that are absent */
+    cl_mem ws[OCL_NWS];
+    size_t ws_size[OCL_NWS];
+    /* VLA_OPENCL_PROFILE=1: every launch waits for its profiling event; per-kernel device time
+     * is summed here and printed to stderr when the handle closes (a development aid). */
+    int profile;
+    double prof_ns[OCL_NK + 1]; /* [OCL_NK]: CLBlast calls */
+    long prof_calls[OCL_NK + 1];
+} ocl_ctx;
+
+/* The OpenCL error's name ("CL_OUT_OF_RESOURCES"), or "CL error <n>". */
+const char *ocl_error_name(cl_int err);
+/* Records a failed OpenCL call: VLA_ERR_OUT_OF_MEMORY for the allocation errors, else
+ * VLA_ERR_BACKEND; the message names the call, the error and `what`. */
+vla_status ocl_fail(vla_backend *b, cl_int err, const char *call, const char *what);
+
+/* The kernel, building its family's program first if needed (build failure: VLA_ERR_BACKEND
+ * with the build log; a kernel that needs more local memory than the device has:
+ * VLA_ERR_UNSUPPORTED). */
+vla_status ocl_kernel(vla_backend *b, ocl_kernel_id id, cl_kernel *out);
+
+/* The work-group size for kernel `id`: the power of two >= want, clamped to
+ * [VLA_MINWG, VLA_MAXWG] = [32, 256] and to the kernel's and device's limits.
+ * VLA_ERR_UNSUPPORTED when the device cannot run 32 work-items in a group. */
+vla_status ocl_wg(vla_backend *b, ocl_kernel_id id, int want, size_t *out);
+
+extern const char *const ocl_kernel_names[OCL_NK + 1];
+
+/* The op (ocl_ops.c). */
+vla_status ocl_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
+vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out);
+void ocl_ws_release(ocl_ctx *ctx);
+
+#endif
