@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -186,7 +187,8 @@ static void usage(FILE *f) {
             "                      softmax always runs its fused one)             default: all\n"
             "  -r N                timed repetitions per point                   default: 10\n"
             "  --warmup N          untimed runs before them                      default: 2\n"
-            "  --output FMT        md, csv or json (json keeps every sample)     default: md\n"
+            "  --output FMT        md, csv or json (json keeps every sample; csv gains a trailing\n"
+            "                      note column only when a point was skipped) default: md\n"
             "  --budget SECONDS    wall-time budget; points it cannot afford are skipped with a\n"
             "                      note, and the sweep stops when it runs out    default: 120\n"
             "  --crossover         keep doubling T beyond the list until every linear-time series\n"
@@ -413,6 +415,7 @@ typedef struct bench {
     int npts, cap;
     char command[2048];
     char date[64];
+    double other_share; /* share of the host's CPUs other processes used during the sweep */
 } bench;
 
 static double budget_left(const bench *x) { return x->o.budget - (now_s() - x->t_start); }
@@ -996,6 +999,44 @@ static void json_number(FILE *f, double v) {
     else fputs("null", f);
 }
 
+/* CPU seconds the whole host has spent busy (/proc/stat: user, nice, system, irq, softirq,
+ * steal), or -1 when unknown. */
+static double host_busy_s(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    unsigned long long v[8] = {0};
+    const int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                         &v[6], &v[7]);
+    fclose(f);
+    const long hz = sysconf(_SC_CLK_TCK);
+    if (n < 8 || hz <= 0) return -1;
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+}
+
+/* CPU seconds this process has used. */
+static double self_cpu_s(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* The share of the host's CPUs that other processes used during the run, 0..1, or NAN when
+ * unknown: on a shared machine this says how far to trust the numbers. */
+static double g_busy0 = -1, g_self0 = -1, g_wall0 = 0;
+static void host_share_start(void) {
+    g_busy0 = host_busy_s();
+    g_self0 = self_cpu_s();
+    g_wall0 = now_s();
+}
+static double host_other_share(void) {
+    const double busy = host_busy_s(), self = self_cpu_s(), wall = now_s() - g_wall0;
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (g_busy0 < 0 || busy < 0 || g_self0 < 0 || self < 0 || ncpu <= 0 || wall <= 0) return NAN;
+    const double other = (busy - g_busy0) - (self - g_self0);
+    return other > 0 ? other / (wall * (double)ncpu) : 0.0;
+}
+
 /* The host's load average when the run ends: a busy machine explains noisy numbers. */
 static const char *load_info(void) {
     static char buf[128];
@@ -1020,8 +1061,9 @@ static void print_md(const bench *x, FILE *f) {
     fprintf(f, "<!-- backend: %s; device: %s -->\n", vla_backend_name(x->b), vla_backend_device(x->b));
     fprintf(f, "<!-- build: %s -->\n", build_info());
     fprintf(f, "<!-- command: %s -->\n", x->command);
-    fprintf(f, "<!-- host load average at the end (1, 5, 15 min): %s; wall time %.1f s -->\n", load_info(),
-            now_s() - x->t_start);
+    fprintf(f, "<!-- wall time %.1f s; other processes used %.0f%% of the host's CPUs meanwhile (/proc/stat); "
+               "load average at the end (1, 5, 15 min): %s -->\n",
+            now_s() - x->t_start, 100 * x->other_share, load_info());
     fprintf(f, "<!-- %d timed runs after %d warm-up runs per point, inputs N(0,1) rotated over 3 sets, seed %llu; "
                "budget %.0f s; timer: %s -->\n\n",
             x->o.reps, x->o.warmup, (unsigned long long)x->o.seed, x->o.budget, x->timer.name);
@@ -1137,6 +1179,8 @@ static void print_json(const bench *x, FILE *f) {
     json_string(f, VLA_BENCH_BUILD_TYPE);
     fprintf(f, "},\n  \"command\": ");
     json_string(f, x->command);
+    fprintf(f, ",\n  \"host_other_cpu_share\": ");
+    json_number(f, x->other_share);
     fprintf(f, ",\n  \"load_average\": ");
     json_string(f, load_info());
     fprintf(f, ",\n  \"wall_s\": ");
@@ -1282,7 +1326,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "vla-bench: %s (%s), %d series, %d shapes, budget %.0f s\n", vla_backend_name(x.b),
             vla_backend_device(x.b), x.nser, x.nshapes, x.o.budget);
 
+    host_share_start();
     sweep(&x);
+    x.other_share = host_other_share();
+    fprintf(stderr, "vla-bench: sweep done in %.1f s; other processes used %.0f%% of the host's CPUs meanwhile\n",
+            now_s() - x.t_start, 100 * x.other_share);
 
     int measured = 0;
     for (int i = 0; i < x.npts; i++) measured += !x.pts[i].skipped;

@@ -67,24 +67,23 @@ static vla_status cpu_set_threads(vla_backend *b, int threads) {
 
 /* ---- algorithm choice ---- */
 
-/* AUTO, from the CPU measurements in benchmarks/results/: the recurrent form for short pieces
- * (decoding) and the chunked form otherwise; two-level only pays when heads cannot fill the
- * threads. */
+/* AUTO, from the CPU measurements in benchmarks/results/2026-11-30-cpu-vla-*.md (2 cores,
+ * OpenBLAS): VLA chunked beats sequential from T = 2C on (1.4x at d = 32, 3.2x at d = 64) and
+ * beat two-level even with one head (9.3 vs 10.9 ms at B = H = 1, d = 32, T = 8192), so
+ * two-level is never picked here. DeltaNet and linear attention: the chunk form only pays at
+ * d >= 64 (DeltaNet sequential was faster at every T at d = 32). */
 static vla_status cpu_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out) {
+    (void)b;
     if (d->algorithm != VLA_ALGO_AUTO) {
         *out = d->algorithm;
         return VLA_OK;
     }
-    const int heads = a->B * a->H;
+    const int long_piece = a->T >= 2 * d->chunk;
     switch (d->mechanism) {
     case VLA_MECH_SOFTMAX: *out = VLA_ALGO_FUSED; break;
     case VLA_MECH_LINEAR:
-    case VLA_MECH_DELTA: *out = a->T < 2 * d->chunk ? VLA_ALGO_SEQUENTIAL : VLA_ALGO_CHUNKED; break;
-    case VLA_MECH_VLA:
-        if (a->T < 2 * d->chunk) *out = VLA_ALGO_SEQUENTIAL;
-        else if (heads < max_threads(b) && a->T >= 16 * d->chunk) *out = VLA_ALGO_TWO_LEVEL;
-        else *out = VLA_ALGO_CHUNKED;
-        break;
+    case VLA_MECH_DELTA: *out = long_piece && a->dk >= 64 ? VLA_ALGO_CHUNKED : VLA_ALGO_SEQUENTIAL; break;
+    case VLA_MECH_VLA: *out = long_piece ? VLA_ALGO_CHUNKED : VLA_ALGO_SEQUENTIAL; break;
     }
     return VLA_OK;
 }

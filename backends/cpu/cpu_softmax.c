@@ -90,7 +90,7 @@ void cpu_softmax_fused(const cpu_head *h, const cpu_params *p, float *work) {
     const size_t per = cpu_softmax_fused_work(h->T, h->dk, h->dv, &(cpu_params){.inner_threads = 1});
     const int nt = p->inner_threads > 0 ? p->inner_threads : 1;
     /* Tiles are independent; later tiles cost more, so hand them out dynamically. */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && ntiles > 1)
     for (int tile = 0; tile < ntiles; tile++) {
         int me = 0;
 #ifdef _OPENMP

@@ -303,7 +303,7 @@ void cpu_vla_two_level(const cpu_head *h, const cpu_params *p, float *work) {
     starts[nc] = T;
 
     /* Level 1: each segment's affine map, independent of the others. */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && nseg > 1)
     for (int sgi = 0; sgi < nseg; sgi++) {
         int me = 0;
 #ifdef _OPENMP
@@ -329,7 +329,7 @@ void cpu_vla_two_level(const cpu_head *h, const cpu_params *p, float *work) {
     cpu_affine_scan(maps, nseg, dk, dv, thread_work);
 
     /* Level 3: every segment again from its true start state, writing outputs. */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && nseg > 1)
     for (int sgi = 0; sgi < nseg; sgi++) {
         int me = 0;
 #ifdef _OPENMP
