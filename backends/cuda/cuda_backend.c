@@ -1,0 +1,314 @@
+/* The CUDA backend, host side: devices ("cuda" = "cuda:0", "cuda:N"), one stream per handle,
+ * device buffers, a workspace cached in the handle and grown as needed, and the algorithm
+ * choice. Kernels and their planning are in kernels/cuda/ (vla_cuda.h is the interface).
+ *
+ * Errors: every CUDA error becomes a status (VLA_ERR_OUT_OF_MEMORY for
+ * cudaErrorMemoryAllocation, else VLA_ERR_BACKEND) with CUDA's own message; nothing aborts.
+ * Work is enqueued on the handle's stream: uploads and downloads wait for it (so they see every
+ * earlier call's results), vla_backend_synchronize waits for it, and a forward call returns as
+ * soon as its kernels are queued. The stream is an ordinary (blocking) stream, so work on the
+ * legacy default stream (stream 0) is ordered with it: events recorded on stream 0 around a
+ * call time the call. */
+#include "vla_cuda.h"
+#include "vla_impl.h"
+
+#include <cuda_runtime_api.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cuda_context {
+    int device;
+    cudaStream_t stream;
+    vlacu_device info;
+    void *ws; /* workspace, grown as needed */
+    size_t ws_bytes;
+} cuda_context;
+
+static cuda_context *ctx_of(const vla_backend *b) { return (cuda_context *)b->context; }
+
+/* The status for a CUDA error, with CUDA's message, recorded on the handle. Clears the runtime's
+ * last error (a sticky error stays: the next call reports it again). */
+static vla_status cuda_fail(vla_backend *b, cudaError_t e, const char *what) {
+    (void)cudaGetLastError();
+    const vla_status s = e == cudaErrorMemoryAllocation ? VLA_ERR_OUT_OF_MEMORY : VLA_ERR_BACKEND;
+    return vla_fail(b, s, "%s: CUDA error %d (%s): %s", what, (int)e, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define CUDA_TRY(b, call, what)                                                                                        \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) return cuda_fail((b), e_, (what));                                                      \
+    } while (0)
+
+static vla_status use_device(vla_backend *b) {
+    CUDA_TRY(b, cudaSetDevice(ctx_of(b)->device), "cudaSetDevice");
+    return VLA_OK;
+}
+
+/* ---- buffers ---- */
+
+static vla_status cuda_buffer_alloc(vla_backend *b, size_t bytes, void **mem) {
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "vla_buffer_alloc: cudaMalloc(%zu bytes)", bytes);
+        return cuda_fail(b, e, what);
+    }
+    *mem = p;
+    return VLA_OK;
+}
+
+static void cuda_buffer_free(vla_backend *b, void *mem) {
+    if (use_device(b) != VLA_OK) return;
+    /* Work still queued may read the buffer: let it finish first. */
+    (void)cudaStreamSynchronize(ctx_of(b)->stream);
+    (void)cudaFree(mem);
+    (void)cudaGetLastError();
+}
+
+static vla_status cuda_buffer_upload(vla_backend *b, void *mem, size_t off, const void *src, size_t n) {
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    cuda_context *c = ctx_of(b);
+    CUDA_TRY(b, cudaMemcpyAsync((char *)mem + off, src, n, cudaMemcpyHostToDevice, c->stream), "vla_buffer_upload");
+    CUDA_TRY(b, cudaStreamSynchronize(c->stream), "vla_buffer_upload: cudaStreamSynchronize");
+    return VLA_OK;
+}
+
+static vla_status cuda_buffer_download(vla_backend *b, const void *mem, size_t off, void *dst, size_t n) {
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    cuda_context *c = ctx_of(b);
+    CUDA_TRY(b, cudaMemcpyAsync(dst, (const char *)mem + off, n, cudaMemcpyDeviceToHost, c->stream),
+             "vla_buffer_download");
+    CUDA_TRY(b, cudaStreamSynchronize(c->stream), "vla_buffer_download: cudaStreamSynchronize");
+    return VLA_OK;
+}
+
+static vla_status cuda_synchronize(vla_backend *b) {
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    CUDA_TRY(b, cudaStreamSynchronize(ctx_of(b)->stream), "vla_backend_synchronize");
+    return VLA_OK;
+}
+
+/* ---- algorithm choice ---- */
+
+/* AUTO: the recurrence for short pieces (decoding: one launch); the chunked form when the heads
+ * fill at least half the multiprocessors (one block per head); the two-level form when they do
+ * not and the sequence is long enough to split (R = 0: its A part is then parallel over the
+ * sequence; it does about three times the chunked form's work, so it pays only where the
+ * chunked form would leave most of the device idle). */
+static vla_status cuda_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out) {
+    if (d->algorithm != VLA_ALGO_AUTO) {
+        *out = d->algorithm;
+        return VLA_OK;
+    }
+    const cuda_context *c = ctx_of(b);
+    const long long heads = (long long)a->B * a->H;
+    switch (d->mechanism) {
+    case VLA_MECH_SOFTMAX: *out = VLA_ALGO_FUSED; break;
+    case VLA_MECH_LINEAR:
+    case VLA_MECH_DELTA: *out = a->T <= 16 ? VLA_ALGO_SEQUENTIAL : VLA_ALGO_CHUNKED; break;
+    case VLA_MECH_VLA: {
+        const long long nchunks = (long long)vlacu_count_chunks(a->T, d->chunk, d->refresh, a->t0);
+        if (a->T <= 16) *out = VLA_ALGO_SEQUENTIAL;
+        else if (d->refresh == 0 && 2 * heads <= c->info.sm_count && nchunks >= 4) *out = VLA_ALGO_TWO_LEVEL;
+        else *out = VLA_ALGO_CHUNKED;
+        break;
+    }
+    }
+    return VLA_OK;
+}
+
+/* ---- the op ---- */
+
+/* Grows the cached workspace to `need` bytes. Nothing has been written when this fails. */
+static vla_status ensure_workspace(vla_backend *b, size_t need) {
+    cuda_context *c = ctx_of(b);
+    if (need <= c->ws_bytes) return VLA_OK;
+    if (c->ws) {
+        /* Earlier calls may still use it. */
+        CUDA_TRY(b, cudaStreamSynchronize(c->stream), "vla_attention_forward: cudaStreamSynchronize");
+        (void)cudaFree(c->ws);
+        c->ws = NULL;
+        c->ws_bytes = 0;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, need);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return vla_fail(b, e == cudaErrorMemoryAllocation ? VLA_ERR_OUT_OF_MEMORY : VLA_ERR_BACKEND,
+                        "vla_attention_forward: could not allocate %.1f MiB of device workspace: CUDA error %d (%s): %s",
+                        (double)need / 1048576.0, (int)e, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    c->ws = p;
+    c->ws_bytes = need;
+    return VLA_OK;
+}
+
+static const float *dptr(const vla_buffer *buf) { return buf ? (const float *)buf->mem : NULL; }
+
+static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
+    cuda_context *c = ctx_of(b);
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    (void)cudaGetLastError(); /* a stale, non-sticky error must not be blamed on this call */
+
+    const long long BH = (long long)a->B * a->H;
+    const int dmax = a->dk > a->dv ? a->dk : a->dv;
+    if (BH * a->T > INT_MAX || (long long)a->H * dmax > INT_MAX)
+        return vla_fail(b, VLA_ERR_UNSUPPORTED,
+                        "vla_attention_forward: B*H*T = %lld is too large for the cuda backend's grids (max %d)",
+                        BH * a->T, INT_MAX);
+
+    const int vla = d->mechanism == VLA_MECH_VLA;
+    vlacu_args x;
+    memset(&x, 0, sizeof x);
+    x.mech = (int)d->mechanism;
+    x.algo = (int)d->algorithm;
+    x.B = a->B, x.T = a->T, x.H = a->H, x.dk = a->dk, x.dv = a->dv;
+    x.t0 = a->t0;
+    x.chunk = d->chunk;
+    x.segment_chunks = d->segment_chunks;
+    x.refresh = vla ? d->refresh : 0; /* the refresh (and its chunk cuts) is VLA's alone */
+    x.elu1 = d->feature_map == VLA_FMAP_ELU1;
+    x.normalize = vla && d->normalize_output;
+    x.lambda0 = d->lambda0, x.eps = d->eps, x.rho = d->refresh_size, x.u_scale = d->u_scale, x.scale = d->scale;
+    x.q = dptr(a->q), x.k = dptr(a->k), x.v = dptr(a->v), x.u = dptr(a->u), x.beta = dptr(a->beta), x.g = dptr(a->g);
+    x.o = (float *)a->o->mem;
+    x.S_in = dptr(a->S_in), x.A_in = dptr(a->A_in), x.n_in = dptr(a->n_in);
+    x.S_out = a->S_out ? (float *)a->S_out->mem : NULL;
+    x.A_out = a->A_out ? (float *)a->A_out->mem : NULL;
+    x.n_out = a->n_out ? (float *)a->n_out->mem : NULL;
+
+    size_t need = 0;
+    int e = vlacu_workspace_bytes(&x, &c->info, &need);
+    if (e == (int)cudaErrorInvalidConfiguration)
+        return vla_fail(b, VLA_ERR_UNSUPPORTED,
+                        "vla_attention_forward: %s with dk = %d, dv = %d needs more shared memory than %s has",
+                        vla_mechanism_name(d->mechanism), a->dk, a->dv, b->device);
+    if (e != 0) return cuda_fail(b, (cudaError_t)e, "vla_attention_forward: planning");
+    if (need == SIZE_MAX)
+        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "vla_attention_forward: the %s workspace for T = %d overflows size_t",
+                        vla_algorithm_name(d->algorithm), a->T);
+    s = ensure_workspace(b, need);
+    if (s != VLA_OK) return s;
+    e = vlacu_forward(&x, &c->info, c->ws, c->ws_bytes, (void *)c->stream);
+    if (e != 0) {
+        char what[128];
+        snprintf(what, sizeof what, "vla_attention_forward (%s, %s)", vla_mechanism_name(d->mechanism),
+                 vla_algorithm_name(d->algorithm));
+        return cuda_fail(b, (cudaError_t)e, what);
+    }
+    return VLA_OK;
+}
+
+/* ---- registration ---- */
+
+static void cuda_close(vla_backend *b) {
+    cuda_context *c = ctx_of(b);
+    if (!c) return;
+    if (cudaSetDevice(c->device) == cudaSuccess) {
+        (void)cudaStreamSynchronize(c->stream);
+        if (c->ws) (void)cudaFree(c->ws);
+        (void)cudaStreamDestroy(c->stream);
+    }
+    (void)cudaGetLastError();
+    free(c);
+    b->context = NULL;
+}
+
+static const vla_backend_iface cuda_iface = {
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .buffer_upload = cuda_buffer_upload,
+    .buffer_download = cuda_buffer_download,
+    .buffer_host_ptr = NULL,
+    .synchronize = cuda_synchronize,
+    .set_threads = NULL,
+    .resolve_algorithm = cuda_resolve,
+    .attention_forward = cuda_forward,
+    .close = cuda_close,
+};
+
+static void describe(const struct cudaDeviceProp *p, char *out, size_t n) {
+    snprintf(out, n, "%.120s (CUDA, sm_%d%d, %d SMs, %.1f GiB)", p->name, p->major, p->minor, p->multiProcessorCount,
+             (double)p->totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* "" -> 0; otherwise a plain decimal index. -1 when the text is not one. */
+static int parse_index(const char *s) {
+    if (!s[0]) return 0;
+    long v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || p - s > 8) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return (int)v;
+}
+
+static vla_status cuda_open(const char *device, vla_backend *b) {
+    const int idx = parse_index(device);
+    if (idx < 0)
+        return vla_fail(b, VLA_ERR_UNKNOWN_BACKEND,
+                        "vla_backend_open: 'cuda:%s' is not a CUDA device name (use cuda or cuda:N)", device);
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return vla_fail(b, VLA_ERR_UNKNOWN_BACKEND, "vla_backend_open: no CUDA device usable on this machine: %s (%s)",
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    if (idx >= count)
+        return vla_fail(b, VLA_ERR_UNKNOWN_BACKEND, "vla_backend_open: no device cuda:%d (this machine has %d CUDA device%s)",
+                        idx, count, count == 1 ? "" : "s");
+    cuda_context *c = calloc(1, sizeof *c);
+    if (!c) return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "vla_backend_open: out of host memory");
+    c->device = idx;
+    struct cudaDeviceProp prop;
+    if ((e = cudaSetDevice(idx)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, idx)) != cudaSuccess ||
+        (e = cudaStreamCreate(&c->stream)) != cudaSuccess) {
+        free(c);
+        return cuda_fail(b, e, "vla_backend_open");
+    }
+    c->info.sm_count = prop.multiProcessorCount;
+    c->info.smem_optin = prop.sharedMemPerBlockOptin > prop.sharedMemPerBlock ? prop.sharedMemPerBlockOptin
+                                                                              : prop.sharedMemPerBlock;
+    c->info.cc_major = prop.major;
+    c->info.cc_minor = prop.minor;
+    b->iface = &cuda_iface;
+    b->context = c;
+    snprintf(b->name, sizeof b->name, "cuda:%d", idx);
+    describe(&prop, b->device, sizeof b->device);
+    return VLA_OK;
+}
+
+static void cuda_list(vla_device_info *out, int max, int *count) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return; /* no driver or no device: nothing to list */
+    }
+    for (int i = 0; i < n; i++) {
+        if (*count < max) {
+            vla_device_info *d = &out[*count];
+            memset(d, 0, sizeof *d);
+            snprintf(d->name, sizeof d->name, "cuda:%d", i);
+            struct cudaDeviceProp prop;
+            if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) describe(&prop, d->description, sizeof d->description);
+            else snprintf(d->description, sizeof d->description, "CUDA device %d", i);
+            (void)cudaGetLastError();
+            d->is_gpu = 1;
+        }
+        (*count)++;
+    }
+}
+
+const vla_backend_entry vla_cuda_backend_entry = {"cuda", cuda_open, cuda_list};

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds libvla with the CUDA backend against the CPU emulator (this folder) and runs
+# tests/test_cuda.c on it: the kernels' index maths, barriers and shuffles run for real, on host
+# threads, under AddressSanitizer + UBSan (out-of-bounds shared/global accesses, unwritten
+# memory shows as NaN) or ThreadSanitizer (a missing __syncthreads is a data race between
+# threads). For development on a machine without a GPU; CI does not run it.
+#   backends/cuda/emu/run_tests.sh [address|thread|none] [build dir] [test_cuda args...]
+# Environment for the emulator: VLA_EMU_SMEM (bytes of shared memory a block may use: small
+# values force the global-memory placement of working arrays), VLA_EMU_SMS, VLA_EMU_NODEV.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+SAN=${1:-address}
+B=${2:-$ROOT/build-emu-$SAN}
+shift $(( $# > 2 ? 2 : $# )) || true
+case "$SAN" in
+  address) F="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" ;;
+  thread) F="-fsanitize=thread" ;;
+  none) F="" ;;
+  *) echo "sanitizer: address, thread or none" >&2; exit 2 ;;
+esac
+mkdir -p "$B/lib" "$B/test" "$B/check"
+CF="-O1 -g $F"
+INC="-I$ROOT/backends/cuda/emu -I$ROOT/kernels/cuda -I$ROOT/core/include -I$ROOT/core -I$ROOT/backends/cpu -I$ROOT/tests -I$ROOT/tools"
+jobs=()
+for f in "$ROOT"/kernels/cuda/*.cu; do
+  jobs+=("g++ -std=c++17 $CF -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -DVLA_CUDA_EMU -DVLACU_NT=${VLA_EMU_NT:-64} $INC -x c++ -c $f -o $B/lib/$(basename "$f" .cu).o")
+done
+jobs+=("g++ -std=c++17 $CF -Wall -Wextra $INC -c $ROOT/backends/cuda/emu/emu.cpp -o $B/lib/emu.o")
+for f in core/errors.c core/registry.c core/attention.c backends/cpu/cpu_backend.c backends/cpu/cpu_linalg.c \
+         backends/cpu/cpu_softmax.c backends/cpu/cpu_linear.c backends/cpu/cpu_delta.c backends/cpu/cpu_vla.c \
+         backends/cuda/cuda_backend.c; do
+  jobs+=("gcc -std=c11 $CF -Wall -Wextra -fopenmp -DVLA_HAVE_CUDA $INC -c $ROOT/$f -o $B/lib/$(basename "$f" .c).o")
+done
+for f in tests/test_cuda.c tests/test_util.c tests/ref64.c; do
+  jobs+=("gcc -std=c11 $CF -Wall -Wextra $INC $(pkg-config --cflags check) -c $ROOT/$f -o $B/test/$(basename "$f" .c).o")
+done
+for f in tools/vla-check.c tools/npy.c tests/ref64.c; do
+  jobs+=("gcc -std=c11 $CF -Wall -Wextra $INC -c $ROOT/$f -o $B/check/$(basename "$f" .c).o")
+done
+jobs+=("gcc -std=c11 $CF -Wall -Wextra $INC -c $ROOT/benchmarks/bench_cuda_targets.c -o $B/bench.o")
+printf '%s\n' "${jobs[@]}" | xargs -P "$(nproc)" -I{} sh -c '{}'
+g++ $F -fopenmp "$B"/lib/*.o "$B"/test/*.o $(pkg-config --libs check) -lm -lpthread -o "$B/test_cuda"
+g++ $F -fopenmp "$B"/lib/*.o "$B"/check/*.o -lm -lpthread -o "$B/vla-check"
+g++ $F -fopenmp "$B"/lib/*.o "$B"/bench.o -lm -lpthread -o "$B/bench_cuda_targets"
+echo "built $B/test_cuda, $B/vla-check and $B/bench_cuda_targets"
+if [ "$SAN" = thread ]; then export OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"; fi
+exec "$B/test_cuda" "$@"

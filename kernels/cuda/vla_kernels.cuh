@@ -1,0 +1,99 @@
+/* Internal to kernels/cuda: the parameter blocks of the kernels and the host-side launchers
+ * that vla_launch.cu sequences. Not part of the library's interface. */
+#ifndef VLA_KERNELS_CUH
+#define VLA_KERNELS_CUH
+
+#include "vla_common.cuh"
+
+namespace vlacu {
+
+/* ---- where each working array of a kernel lives: shared memory when it fits, else a slice of
+ * the workspace that belongs to the block (byte offsets in either). */
+enum { B_X, B_A, B_K, B_Q, B_U, B_Z, B_E, B_C, B_D, B_GV, B_GAM, B_NBUF };
+
+struct bufplan {
+    long long off[B_NBUF];      /* byte offset; -1: unused */
+    unsigned char smem[B_NBUF]; /* 1: in dynamic shared memory; 0: in the block's global slice */
+    size_t smem_bytes;          /* dynamic shared memory per block */
+    size_t gbytes;              /* global bytes per block (a multiple of 256) */
+};
+
+template <typename T>
+__device__ __forceinline__ T *bufp(const bufplan &p, int id, unsigned char *smem, unsigned char *gslice) {
+    if (p.off[id] < 0) return nullptr;
+    return (T *)((p.smem[id] ? smem : gslice) + p.off[id]);
+}
+
+/* ---- the chunk engine (vla_engine.cu): one kernel, several roles ---- */
+enum {
+    M_CHUNKED = 0, /* VLA-MATH 2.3, one block per head over all chunks (linear, delta, vla) */
+    M_CARRY = 1,   /* vla: the A part chunk to chunk per head; A at every segment start -> Ast */
+    M_SEGMAP = 2,  /* vla two-level: per segment, a_t -> AlG and the segment's affine map -> maps */
+    M_ALONLY = 3,  /* vla scan: per segment, a_t -> AlG only */
+    M_SEGOUT = 4,  /* vla two-level: per segment from its true start state, outputs */
+    M_GRAM = 5     /* vla: per segment, sum of u u^T -> gram (double) */
+};
+
+struct engine_params {
+    vlacu_args a;
+    int mode;
+    int cmax, ncols;     /* longest chunk; columns of the state X (dv, or dk + dv for maps) */
+    int64_t nchunks;
+    int seg, nseg;       /* chunks per segment; segments */
+    bufplan plan;
+    unsigned char *spill; /* per-block global slices, plan.gbytes each */
+    float *AlG;          /* [BH][T][dk] rows a_t */
+    float *Ast;          /* [BH][nseg][dk*dk] A at each segment start */
+    double *gram;        /* [BH][nseg][dk*dk] */
+    float *maps;         /* [BH][nseg][dk*(dk+dv)] segment maps [M | N] */
+    float *Sst;          /* [BH][nseg][dk*dv] state at each segment start */
+    int *flags;          /* [BH] 1: the Gram path cannot be used for this head (carry A instead) */
+};
+
+size_t engine_static_smem();
+cudaError_t engine_set_smem(size_t bytes);
+cudaError_t launch_engine(const engine_params &p, unsigned blocks, cudaStream_t st);
+
+/* ---- small kernels of the two-level and scan algorithms (vla_engine.cu) ---- */
+struct aux_params {
+    vlacu_args a;
+    int nseg;
+    int64_t nmaps;   /* maps per head in the scan */
+    float *AlG, *Ast, *maps, *mtmp, *Sst, *tmpS;
+    double *gram, *Minv, *dscratch;
+    int *flags;
+};
+cudaError_t launch_ain_inverse(const aux_params &p, cudaStream_t st);
+cudaError_t launch_gram_prefix(const aux_params &p, cudaStream_t st);
+cudaError_t launch_seg_inverse(const aux_params &p, cudaStream_t st);
+/* Blelloch (Brent-Kung) scan over p.nmaps maps [M | N] per head, in place; mtmp holds
+ * ceil(nmaps / 2) maps per head. */
+cudaError_t launch_map_scan(const aux_params &p, int64_t nmaps, cudaStream_t st);
+cudaError_t launch_seg_starts(const aux_params &p, cudaStream_t st);
+cudaError_t launch_scan_build(const aux_params &p, cudaStream_t st);
+cudaError_t launch_scan_out(const aux_params &p, cudaStream_t st);
+cudaError_t launch_scan_final(const aux_params &p, cudaStream_t st);
+
+/* ---- sequential (vla_seq.cu) ---- */
+struct seq_params {
+    vlacu_args a;
+    bufplan plan;
+    unsigned char *spill;
+};
+size_t seq_static_smem();
+cudaError_t launch_seq(const seq_params &p, cudaStream_t st);
+
+/* ---- output normaliser (vla_norm.cu): n_t = n_{t-1} + k~_t; o_t /= max(q~.n, eps) (vla) or
+ * (q~.n + eps) (linear). work: BH * ceil(T / NORM_NB) * dk floats. */
+#define VLACU_NORM_NB 64
+cudaError_t launch_normalize(const vlacu_args &a, float *work, cudaStream_t st);
+
+/* ---- softmax (vla_softmax.cu) ---- */
+size_t softmax_static_smem();
+/* Largest tile (64, 32, 16, 8, 4) whose shared memory fits in `budget` bytes; 0 if none. */
+int softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_bytes);
+cudaError_t launch_softmax(const vlacu_args &a, int tile, size_t smem_bytes, cudaStream_t st);
+
+} // namespace vlacu
+
+#endif /* VLA_KERNELS_CUH */

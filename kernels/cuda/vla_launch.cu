@@ -1,0 +1,324 @@
+/* Plans one call (the workspace it needs, where each kernel's working arrays live) and enqueues
+ * the kernels of the resolved algorithm. The same layout function serves the size query and
+ * the launch, so the two always agree. */
+#include "vla_kernels.cuh"
+
+#include <stdint.h>
+#include <string.h>
+
+using namespace vlacu;
+
+namespace {
+
+const size_t kAlign = 256;
+const size_t kSmemMargin = 1024; /* kept free below the device's per-block limit */
+
+/* Saturating size arithmetic: SIZE_MAX stays SIZE_MAX. */
+size_t sat_add(size_t x, size_t y) { return x > SIZE_MAX - y ? SIZE_MAX : x + y; }
+size_t sat_mul(size_t x, size_t y) { return (x != 0 && y > SIZE_MAX / x) ? SIZE_MAX : x * y; }
+size_t align_up(size_t x, size_t al) { return x > SIZE_MAX - al ? SIZE_MAX : (x + al - 1) / al * al; }
+
+/* rows x ld_of(cols) elements of `elt` bytes: a working array's footprint. */
+size_t mat_bytes(size_t rows, int cols, size_t elt) { return sat_mul(sat_mul(rows, (size_t)ld_of(cols)), elt); }
+
+/* Shared memory first, in priority order, while it fits; the rest in the block's global slice. */
+bufplan place(const size_t bytes[B_NBUF], const int *prio, int nprio, size_t budget) {
+    bufplan p;
+    for (int i = 0; i < B_NBUF; i++) p.off[i] = -1, p.smem[i] = 0;
+    size_t s = 0, g = 0;
+    for (int k = 0; k < nprio; k++) {
+        const int id = prio[k];
+        if (bytes[id] == 0) continue;
+        const size_t sz = align_up(bytes[id], 16);
+        if (sz <= budget && s + sz <= budget) {
+            p.off[id] = (long long)s;
+            p.smem[id] = 1;
+            s += sz;
+        } else {
+            p.off[id] = (long long)g;
+            g = sat_add(g, align_up(sz, kAlign));
+        }
+    }
+    p.smem_bytes = s;
+    p.gbytes = align_up(g, kAlign);
+    return p;
+}
+
+size_t smem_budget(const vlacu_device *dev, size_t static_smem) {
+    const size_t used = static_smem + kSmemMargin;
+    return dev->smem_optin > used ? dev->smem_optin - used : 0;
+}
+
+bufplan engine_plan(const vlacu_args *a, int mode, int cmax, int ncols, size_t budget) {
+    size_t by[B_NBUF];
+    memset(by, 0, sizeof by);
+    const int dk = a->dk;
+    const bool vla = a->mech == VLACU_VLA, chunked = mode == M_CHUNKED;
+    const bool a_modes = mode == M_CHUNKED || mode == M_CARRY || mode == M_SEGMAP || mode == M_ALONLY;
+    if (mode == M_CHUNKED || mode == M_SEGMAP || mode == M_SEGOUT) by[B_X] = mat_bytes(dk, ncols, 4);
+    if ((vla && a_modes) || mode == M_GRAM) by[B_A] = mat_bytes(dk, dk, 4);
+    if (mode != M_GRAM) by[B_K] = mat_bytes(cmax, dk, 4);
+    if (mode == M_CHUNKED || mode == M_SEGOUT) by[B_Q] = mat_bytes(cmax, dk, 4);
+    if (vla || (chunked && a->mech == VLACU_DELTA && a->beta)) by[B_U] = mat_bytes(cmax, dk, 4);
+    if (vla && a_modes) by[B_Z] = mat_bytes(cmax, dk, 4);
+    if (mode == M_CHUNKED || mode == M_SEGMAP || mode == M_SEGOUT) by[B_E] = mat_bytes(cmax, ncols, 4);
+    if (mode != M_GRAM) by[B_C] = mat_bytes(cmax, cmax, 4);
+    if (chunked && a->mech == VLACU_DELTA && a->g) {
+        by[B_D] = mat_bytes(cmax, cmax, 4);
+        by[B_GV] = (size_t)cmax * 4;
+        by[B_GAM] = (size_t)cmax * 4;
+    }
+    static const int prio[] = {B_GV, B_GAM, B_C, B_K, B_U, B_E, B_Z, B_Q, B_X, B_A, B_D};
+    return place(by, prio, (int)(sizeof prio / sizeof prio[0]), budget);
+}
+
+bufplan seq_plan(const vlacu_args *a, size_t budget) {
+    size_t by[B_NBUF];
+    memset(by, 0, sizeof by);
+    by[B_X] = mat_bytes(a->dk, a->dv, 4);
+    if (a->mech == VLACU_VLA) by[B_A] = mat_bytes(a->dk, a->dk, 8);
+    static const int prio[] = {B_A, B_X};
+    return place(by, prio, 2, budget);
+}
+
+struct layout {
+    size_t total;
+    size_t spill, AlG, Ast, gram, Minv, dscr, maps, mtmp, Sst, tmpS, flags, normw;
+    bufplan pl_main, pl_gram, pl_carry, pl_map, pl_out;
+    int64_t nchunks;
+    int seg, nseg, cmax;
+    int tile;
+    size_t tile_smem;
+    size_t engine_smem_max;
+};
+
+/* Bump allocation of the workspace, 256-byte aligned. */
+struct bump {
+    size_t off;
+    size_t take(size_t bytes) {
+        const size_t at = off;
+        off = sat_add(off, align_up(bytes, kAlign));
+        return at;
+    }
+};
+
+bool needs_norm(const vlacu_args *a) {
+    if (a->algo == VLACU_SEQUENTIAL || a->algo == VLACU_FUSED) return false; /* the recurrence normalises inline */
+    return a->mech == VLACU_LINEAR || (a->mech == VLACU_VLA && a->normalize);
+}
+
+int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
+    memset(L, 0, sizeof *L);
+    const size_t BH = (size_t)a->B * a->H, T = (size_t)a->T, dk = (size_t)a->dk, dv = (size_t)a->dv;
+    const size_t f4 = 4;
+    bump w = {0};
+    L->cmax = a->chunk < a->T ? a->chunk : a->T;
+    switch (a->algo) {
+    case VLACU_FUSED: {
+        const size_t budget = smem_budget(dev, softmax_static_smem());
+        L->tile = softmax_pick_tile(a->dk, a->dv, budget, &L->tile_smem);
+        if (L->tile == 0) return (int)cudaErrorInvalidConfiguration;
+        break;
+    }
+    case VLACU_SEQUENTIAL: {
+        L->pl_main = seq_plan(a, smem_budget(dev, seq_static_smem()));
+        L->spill = w.take(sat_mul(BH, L->pl_main.gbytes));
+        break;
+    }
+    case VLACU_CHUNKED: {
+        const size_t budget = smem_budget(dev, engine_static_smem());
+        L->nchunks = count_chunks(a->T, a->chunk, a->refresh, a->t0); /* refresh = 0 unless vla */
+        L->seg = (int)(L->nchunks < INT32_MAX ? L->nchunks : INT32_MAX);
+        L->nseg = 1;
+        L->pl_main = engine_plan(a, M_CHUNKED, L->cmax, a->dv, budget);
+        L->engine_smem_max = L->pl_main.smem_bytes;
+        L->spill = w.take(sat_mul(BH, L->pl_main.gbytes));
+        break;
+    }
+    case VLACU_TWO_LEVEL:
+    case VLACU_SCAN: {
+        const size_t budget = smem_budget(dev, engine_static_smem());
+        const bool tl = a->algo == VLACU_TWO_LEVEL, gram_path = a->refresh == 0;
+        L->nchunks = count_chunks(a->T, a->chunk, a->refresh, a->t0);
+        const int64_t seg = a->segment_chunks > 0 ? a->segment_chunks : vlacu_pick_segment(a, dev, L->nchunks);
+        L->seg = (int)(seg < L->nchunks ? seg : L->nchunks);
+        if (L->seg < 1) L->seg = 1;
+        L->nseg = (int)((L->nchunks + L->seg - 1) / L->seg);
+        const size_t nseg = (size_t)L->nseg;
+        L->pl_gram = engine_plan(a, M_GRAM, L->cmax, a->dv, budget);
+        L->pl_carry = engine_plan(a, M_CARRY, L->cmax, a->dv, budget);
+        L->pl_map = engine_plan(a, tl ? M_SEGMAP : M_ALONLY, L->cmax, tl ? a->dk + a->dv : a->dv, budget);
+        L->pl_out = engine_plan(a, M_SEGOUT, L->cmax, a->dv, budget);
+        size_t spill = sat_mul(BH, L->pl_carry.gbytes);
+        const size_t per_seg[3] = {gram_path ? L->pl_gram.gbytes : 0, L->pl_map.gbytes, tl ? L->pl_out.gbytes : 0};
+        for (int i = 0; i < 3; i++) {
+            const size_t s = sat_mul(sat_mul(BH, nseg), per_seg[i]);
+            if (s > spill) spill = s;
+        }
+        size_t smax = L->pl_carry.smem_bytes;
+        if (gram_path && L->pl_gram.smem_bytes > smax) smax = L->pl_gram.smem_bytes;
+        if (L->pl_map.smem_bytes > smax) smax = L->pl_map.smem_bytes;
+        if (tl && L->pl_out.smem_bytes > smax) smax = L->pl_out.smem_bytes;
+        L->engine_smem_max = smax;
+        L->spill = w.take(spill);
+        L->AlG = w.take(sat_mul(sat_mul(BH, T), dk * f4));
+        L->Ast = w.take(sat_mul(sat_mul(BH, nseg), dk * dk * f4));
+        if (gram_path) {
+            L->gram = w.take(sat_mul(sat_mul(BH, nseg), dk * dk * 8));
+            if (a->A_in) L->Minv = w.take(sat_mul(BH, dk * dk * 8));
+            L->dscr = w.take(sat_mul(sat_mul(BH, nseg), dk * dk * 8));
+        }
+        L->flags = w.take(BH * 4);
+        const size_t map_f = dk * (dk + dv) * f4;
+        if (tl) {
+            L->maps = w.take(sat_mul(sat_mul(BH, nseg), map_f));
+            L->mtmp = w.take(sat_mul(sat_mul(BH, (nseg + 1) / 2), map_f));
+            L->Sst = w.take(sat_mul(sat_mul(BH, nseg), dk * dv * f4));
+        } else {
+            L->maps = w.take(sat_mul(sat_mul(BH, T), map_f));
+            L->mtmp = w.take(sat_mul(sat_mul(BH, (T + 1) / 2), map_f));
+            L->tmpS = w.take(sat_mul(BH, dk * dv * f4));
+        }
+        break;
+    }
+    default: return (int)cudaErrorInvalidValue;
+    }
+    if (needs_norm(a)) {
+        const size_t nb = (T + VLACU_NORM_NB - 1) / VLACU_NORM_NB;
+        L->normw = w.take(sat_mul(sat_mul(BH, nb), dk * f4));
+    }
+    L->total = w.off;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int64_t vlacu_count_chunks(int T, int C, int R, int64_t t0) { return count_chunks(T, C, R, t0); }
+
+extern "C" void vlacu_chunk_bounds(int64_t k, int T, int C, int R, int64_t t0, int *ts, int *te) {
+    chunk_bounds(k, T, C, R, t0, ts, te);
+}
+
+extern "C" int vlacu_pick_segment(const vlacu_args *a, const vlacu_device *dev, int64_t nchunks) {
+    /* Enough segments that the per-segment phases fill the device (a few blocks per
+     * multiprocessor), and no more: the scan across segments grows with their number. */
+    const int64_t BH = (int64_t)a->B * a->H;
+    const int64_t target = 4 * (int64_t)(dev->sm_count > 0 ? dev->sm_count : 1);
+    int64_t nseg = (target + BH - 1) / BH;
+    if (nseg > nchunks) nseg = nchunks;
+    if (nseg < 1) nseg = 1;
+    const int64_t seg = (nchunks + nseg - 1) / nseg;
+    return (int)(seg < INT32_MAX ? seg : INT32_MAX);
+}
+
+extern "C" int vlacu_workspace_bytes(const vlacu_args *a, const vlacu_device *dev, size_t *bytes) {
+    layout L;
+    const int e = make_layout(a, dev, &L);
+    if (e) return e;
+    *bytes = L.total;
+    return 0;
+}
+
+extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
+                             void *stream) {
+    layout L;
+    int e = make_layout(a, dev, &L);
+    if (e) return e;
+    if (L.total == SIZE_MAX || workspace_bytes < L.total) return (int)cudaErrorInvalidValue;
+    unsigned char *W = (unsigned char *)workspace;
+    cudaStream_t st = (cudaStream_t)stream;
+    const unsigned BH = (unsigned)(a->B * a->H);
+    cudaError_t ce = cudaSuccess;
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        ce = (x);                                                                                                      \
+        if (ce != cudaSuccess) return (int)ce;                                                                         \
+    } while (0)
+
+    if (a->algo == VLACU_FUSED) {
+        TRY(launch_softmax(*a, L.tile, L.tile_smem, st));
+        return 0;
+    }
+    if (a->algo == VLACU_SEQUENTIAL) {
+        seq_params p;
+        p.a = *a;
+        p.plan = L.pl_main;
+        p.spill = W + L.spill;
+        TRY(launch_seq(p, st));
+        return 0;
+    }
+
+    if (L.engine_smem_max > 48 * 1024) TRY(engine_set_smem(L.engine_smem_max));
+    engine_params ep;
+    memset(&ep, 0, sizeof ep);
+    ep.a = *a;
+    ep.cmax = L.cmax;
+    ep.nchunks = L.nchunks;
+    ep.seg = L.seg;
+    ep.nseg = L.nseg;
+    ep.spill = W + L.spill;
+
+    if (a->algo == VLACU_CHUNKED) {
+        ep.mode = M_CHUNKED;
+        ep.ncols = a->dv;
+        ep.plan = L.pl_main;
+        TRY(launch_engine(ep, BH, st));
+    } else { /* two-level or scan (vla) */
+        const bool tl = a->algo == VLACU_TWO_LEVEL;
+        ep.AlG = (float *)(W + L.AlG);
+        ep.Ast = (float *)(W + L.Ast);
+        ep.gram = a->refresh == 0 ? (double *)(W + L.gram) : nullptr;
+        ep.maps = (float *)(W + L.maps);
+        ep.Sst = tl ? (float *)(W + L.Sst) : nullptr;
+        ep.flags = (int *)(W + L.flags);
+        aux_params ap;
+        memset(&ap, 0, sizeof ap);
+        ap.a = *a;
+        ap.nseg = L.nseg;
+        ap.AlG = ep.AlG, ap.Ast = ep.Ast, ap.maps = ep.maps, ap.mtmp = (float *)(W + L.mtmp);
+        ap.Sst = ep.Sst, ap.tmpS = tl ? nullptr : (float *)(W + L.tmpS);
+        ap.gram = ep.gram;
+        ap.Minv = a->refresh == 0 && a->A_in ? (double *)(W + L.Minv) : nullptr;
+        ap.dscratch = a->refresh == 0 ? (double *)(W + L.dscr) : nullptr;
+        ap.flags = ep.flags;
+        const unsigned nblk = (unsigned)L.nseg * BH;
+
+        TRY(cudaMemsetAsync(ep.flags, 0, (size_t)BH * sizeof(int), st));
+        if (a->refresh == 0) {
+            /* A at each segment start = (A_0^{-1} + sum of the earlier segments' U^T U)^{-1} */
+            if (a->A_in) TRY(launch_ain_inverse(ap, st));
+            ep.mode = M_GRAM;
+            ep.ncols = a->dv;
+            ep.plan = L.pl_gram;
+            TRY(launch_engine(ep, nblk, st));
+            TRY(launch_gram_prefix(ap, st));
+            TRY(launch_seg_inverse(ap, st));
+        }
+        /* R > 0, or a head whose A_in (or Gram sum) is not positive definite: carry A chunk to
+         * chunk instead. Heads on the Gram path return at once. */
+        ep.mode = M_CARRY;
+        ep.ncols = a->dv;
+        ep.plan = L.pl_carry;
+        TRY(launch_engine(ep, BH, st));
+        ep.mode = tl ? M_SEGMAP : M_ALONLY;
+        ep.ncols = tl ? a->dk + a->dv : a->dv;
+        ep.plan = L.pl_map;
+        TRY(launch_engine(ep, nblk, st));
+        if (tl) {
+            TRY(launch_map_scan(ap, L.nseg, st));
+            TRY(launch_seg_starts(ap, st));
+            ep.mode = M_SEGOUT;
+            ep.ncols = a->dv;
+            ep.plan = L.pl_out;
+            TRY(launch_engine(ep, nblk, st));
+        } else {
+            TRY(launch_scan_build(ap, st));
+            TRY(launch_map_scan(ap, a->T, st));
+            TRY(launch_scan_out(ap, st));
+            TRY(launch_scan_final(ap, st));
+        }
+    }
+    if (needs_norm(a)) TRY(launch_normalize(*a, (float *)(W + L.normw), st));
+    return 0;
+#undef TRY
+}

@@ -1,0 +1,661 @@
+/* The CUDA backend against the CPU backend (which test_ops checks against float64) and against
+ * ref64 itself: every mechanism x every algorithm VLA-MATH defines, on fresh random inputs,
+ * dk != dv, T not a multiple of the chunk, chunk sizes 1..>T, dk and dv from 1 to 256 (working
+ * arrays that do not fit shared memory), u, beta, g, the paper preset, R = 4 / rho = 0.5 with
+ * t0, initial states and in-place state updates; decoding one token at a time with carried
+ * states; streaming in two pieces; long sequences (1e-5 at T <= 1024, 1e-4 beyond); and the
+ * statuses specific to this backend.
+ *
+ * Needs a CUDA device: without one it prints why and exits 77, which CTest reports as skipped
+ * (SKIP_RETURN_CODE 77), never as passed. It never forks (STYLE.md: CUDA must not be
+ * initialised before Check forks), so a failure ends the whole suite's run of that test. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref64.h"
+#include "test_util.h"
+
+static vla_backend *g_cu, *g_cpu;
+static int g_emulated; /* the CPU emulator (backends/cuda/emu): smaller sizes */
+/* VLA_CUDA_TEST_QUICK=1: the small cases only, no long sequences, no out-of-memory probe (for
+ * runs under compute-sanitizer, which is 10-100 times slower). */
+static int g_quick;
+static uint64_t seed_base = 7000;
+
+typedef struct cu_case {
+    const char *name;
+    vla_mechanism mech;
+    int B, T, H, dk, dv;
+    int64_t t0;
+    int chunk, seg, paper;
+    double lambda0;
+    int R;
+    double rho;
+    int elu1, norm;
+    double scale;
+    int with_u, with_beta, with_g, g_zeros, with_states, inplace;
+    vla_algorithm only;
+    double tol;
+} cu_case;
+
+#define SM VLA_MECH_SOFTMAX
+#define LI VLA_MECH_LINEAR
+#define DE VLA_MECH_DELTA
+#define VL VLA_MECH_VLA
+#define TL VLA_ALGO_TWO_LEVEL
+
+static const cu_case cases[] = {
+    /* ---- softmax (fused online softmax) ---- */
+    {.name = "softmax T=1", .mech = SM, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
+    {.name = "softmax B2 T37 H3 dk16 dv24", .mech = SM, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24},
+    {.name = "softmax B1 T150 H2 dk64 dv48 (several tiles)", .mech = SM, .B = 1, .T = 150, .H = 2, .dk = 64, .dv = 48},
+    {.name = "softmax dk1 dv1", .mech = SM, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1},
+    {.name = "softmax dk5 dv3 scale 0.5", .mech = SM, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .scale = 0.5},
+    {.name = "softmax dk256 dv256 T70", .mech = SM, .B = 1, .T = 70, .H = 1, .dk = 256, .dv = 256},
+
+    /* ---- linear ---- */
+    {.name = "linear T=1", .mech = LI, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
+    {.name = "linear B2 T37 H3 dk16 dv24 C16", .mech = LI, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24, .chunk = 16},
+    {.name = "linear T100 dk24 dv16 C64", .mech = LI, .B = 1, .T = 100, .H = 2, .dk = 24, .dv = 16, .chunk = 64},
+    {.name = "linear dk1 dv1 C4", .mech = LI, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4},
+    {.name = "linear states S0 n0 in place C16", .mech = LI, .B = 2, .T = 37, .H = 2, .dk = 12, .dv = 10,
+     .chunk = 16, .with_states = 1, .inplace = 1},
+    {.name = "linear C1", .mech = LI, .B = 1, .T = 21, .H = 2, .dk = 8, .dv = 12, .chunk = 1},
+    {.name = "linear C50 > T", .mech = LI, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 50},
+    {.name = "linear dk256 dv200 T40 C16", .mech = LI, .B = 1, .T = 40, .H = 1, .dk = 256, .dv = 200, .chunk = 16},
+
+    /* ---- delta ---- */
+    {.name = "delta T=1 beta g", .mech = DE, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8, .with_beta = 1, .with_g = 1},
+    {.name = "delta B2 T37 H3 dk16 dv24 C16 beta g", .mech = DE, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24,
+     .chunk = 16, .with_beta = 1, .with_g = 1},
+    {.name = "delta no beta no g C16", .mech = DE, .B = 1, .T = 37, .H = 2, .dk = 16, .dv = 16, .chunk = 16},
+    {.name = "delta beta only C16", .mech = DE, .B = 1, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16,
+     .with_beta = 1},
+    {.name = "delta g with exact zeros C16", .mech = DE, .B = 1, .T = 45, .H = 2, .dk = 12, .dv = 8, .chunk = 16,
+     .with_beta = 1, .with_g = 1, .g_zeros = 1},
+    {.name = "delta states in place elu1 C16", .mech = DE, .B = 2, .T = 37, .H = 2, .dk = 12, .dv = 10, .chunk = 16,
+     .with_beta = 1, .with_g = 1, .with_states = 1, .inplace = 1, .elu1 = 1},
+    {.name = "delta dk1 dv1 C4", .mech = DE, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4, .with_beta = 1,
+     .with_g = 1},
+    {.name = "delta C7", .mech = DE, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 7, .with_beta = 1,
+     .with_g = 1},
+    {.name = "delta dk200 dv256 T40 C16 beta g", .mech = DE, .B = 1, .T = 40, .H = 1, .dk = 200, .dv = 256,
+     .chunk = 16, .with_beta = 1, .with_g = 1},
+
+    /* ---- vla ---- */
+    {.name = "vla T=1", .mech = VL, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
+    {.name = "vla B2 T37 H3 dk16 dv24 C16", .mech = VL, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24, .chunk = 16},
+    {.name = "vla T100 dk24 dv16 C64", .mech = VL, .B = 1, .T = 100, .H = 2, .dk = 24, .dv = 16, .chunk = 64},
+    {.name = "vla dk5 dv3 C8", .mech = VL, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .chunk = 8},
+    {.name = "vla dk1 dv1 C4", .mech = VL, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4},
+    {.name = "vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
+     .lambda0 = 1.0},
+    {.name = "vla u given C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16, .with_u = 1},
+    {.name = "vla R4 rho0.5 t0=3 u C16", .mech = VL, .B = 2, .T = 45, .H = 2, .dk = 8, .dv = 12, .chunk = 16, .t0 = 3,
+     .R = 4, .rho = 0.5, .with_u = 1},
+    {.name = "vla R4 rho0.5 t0=6 no u C7", .mech = VL, .B = 1, .T = 45, .H = 2, .dk = 8, .dv = 12, .chunk = 7,
+     .t0 = 6, .R = 4, .rho = 0.5},
+    {.name = "vla R5 rho0.5 t0=5000000003 u C16", .mech = VL, .B = 1, .T = 45, .H = 2, .dk = 8, .dv = 12,
+     .chunk = 16, .t0 = 5000000003LL, .R = 5, .rho = 0.5, .with_u = 1},
+    {.name = "vla paper preset + u C16", .mech = VL, .B = 2, .T = 61, .H = 2, .dk = 16, .dv = 16, .chunk = 16,
+     .paper = 1, .with_u = 1},
+    {.name = "vla paper + u + states in place t0=7", .mech = VL, .B = 1, .T = 61, .H = 2, .dk = 16, .dv = 12,
+     .chunk = 16, .paper = 1, .with_u = 1, .with_states = 1, .t0 = 7, .inplace = 1},
+    {.name = "vla elu1 normalised output C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16,
+     .elu1 = 1, .norm = 1},
+    {.name = "vla states S0 A0 t0=5 C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 12, .dv = 10, .chunk = 16,
+     .with_states = 1, .t0 = 5},
+    {.name = "vla lambda0 1e-3 C16 (~1e-4)", .mech = VL, .B = 1, .T = 64, .H = 2, .dk = 16, .dv = 16, .chunk = 16,
+     .lambda0 = 1e-3, .tol = 2e-4},
+    {.name = "vla C1", .mech = VL, .B = 1, .T = 21, .H = 2, .dk = 8, .dv = 12, .chunk = 1},
+    {.name = "vla C50 > T", .mech = VL, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 50},
+    {.name = "vla B1 T150 H2 dk64 dv64 u", .mech = VL, .B = 1, .T = 150, .H = 2, .dk = 64, .dv = 64, .with_u = 1},
+    {.name = "vla dk256 dv16 T20 C8", .mech = VL, .B = 1, .T = 20, .H = 1, .dk = 256, .dv = 16, .chunk = 8},
+    {.name = "vla dk8 dv256 T30 C8 paper + u", .mech = VL, .B = 1, .T = 30, .H = 1, .dk = 8, .dv = 256, .chunk = 8,
+     .paper = 1, .with_u = 1},
+    /* two-level: one segment per chunk and more; the Gram path, A_in, R > 0 (carry path) */
+    {.name = "vla two-level seg1 C8 u", .mech = VL, .B = 1, .T = 77, .H = 2, .dk = 12, .dv = 10, .chunk = 8, .seg = 1,
+     .with_u = 1, .only = TL},
+    {.name = "vla two-level seg3 C8 states", .mech = VL, .B = 2, .T = 77, .H = 1, .dk = 12, .dv = 10, .chunk = 8,
+     .seg = 3, .with_states = 1, .t0 = 4, .only = TL},
+    {.name = "vla two-level seg2 C8 R4 rho0.5 t0=3", .mech = VL, .B = 1, .T = 77, .H = 2, .dk = 12, .dv = 10,
+     .chunk = 8, .seg = 2, .R = 4, .rho = 0.5, .t0 = 3, .only = TL},
+    {.name = "vla two-level seg2 C8 paper + u + states in place", .mech = VL, .B = 2, .T = 77, .H = 1, .dk = 12,
+     .dv = 10, .chunk = 8, .seg = 2, .paper = 1, .with_u = 1, .with_states = 1, .t0 = 5, .inplace = 1, .only = TL},
+    {.name = "vla two-level seg5 C16 dk64 dv32 normalised", .mech = VL, .B = 1, .T = 200, .H = 2, .dk = 64, .dv = 32,
+     .chunk = 16, .seg = 5, .elu1 = 1, .norm = 1, .only = TL},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void make_desc(const cu_case *c, vla_attn_desc *d) {
+    ck_assert_int_eq(vla_attn_desc_init(d, c->mech), VLA_OK);
+    if (c->paper) ck_assert_int_eq(vla_attn_desc_preset(d, "paper"), VLA_OK);
+    if (c->chunk) d->chunk = c->chunk;
+    d->segment_chunks = c->seg;
+    if (c->lambda0 > 0) d->lambda0 = c->lambda0;
+    if (c->R) d->refresh = c->R, d->refresh_size = c->rho;
+    if (c->elu1) d->feature_map = VLA_FMAP_ELU1;
+    if (c->norm) d->normalize_output = 1;
+    if (c->scale > 0) d->scale = c->scale;
+}
+
+/* Random inputs for a case; every array malloc'ed (free_problem). */
+static void make_problem(tu_rng *rng, const cu_case *c, const vla_attn_desc *d, tu_problem *p) {
+    memset(p, 0, sizeof *p);
+    p->B = c->B, p->T = c->T, p->H = c->H, p->dk = c->dk, p->dv = c->dv, p->t0 = c->t0;
+    const size_t nqk = tu_nqk(p), nvo = tu_nvo(p), nbt = tu_nbt(p);
+    p->q = tu_randn_new(rng, nqk);
+    p->k = tu_randn_new(rng, nqk);
+    p->v = tu_randn_new(rng, nvo);
+    if (c->with_u) p->u = tu_randn_new(rng, nqk);
+    if (c->with_beta) {
+        float *beta = malloc(nbt * sizeof *beta);
+        ck_assert_ptr_nonnull(beta);
+        tu_randu(rng, beta, nbt, 0.05f, 1.0f);
+        p->beta = beta;
+    }
+    if (c->with_g) {
+        float *g = malloc(nbt * sizeof *g);
+        ck_assert_ptr_nonnull(g);
+        tu_randu(rng, g, nbt, 0.5f, 1.0f);
+        if (c->g_zeros)
+            for (size_t i = 3; i < nbt; i += 7) g[i] = 0.0f;
+        p->g = g;
+    }
+    if (c->with_states) {
+        if (tu_has_S(d)) p->S0 = tu_rand_S0(rng, c->B, c->H, c->dk, c->dv);
+        if (tu_has_A(d)) p->A0 = tu_rand_A0(rng, c->B, c->H, c->dk, d->lambda0);
+        if (tu_has_n(d)) p->n0 = tu_rand_n0(rng, c->B, c->H, c->dk);
+    }
+}
+
+static void free_problem(tu_problem *p) {
+    free((void *)p->q), free((void *)p->k), free((void *)p->v), free((void *)p->u);
+    free((void *)p->beta), free((void *)p->g), free((void *)p->S0), free((void *)p->A0), free((void *)p->n0);
+    memset(p, 0, sizeof *p);
+}
+
+static void add_why(char *why, size_t n, const char *fmt, const char *label, double x) {
+    size_t len = strlen(why);
+    if (len + 2 < n) snprintf(why + len, n - len, fmt, label, x);
+}
+
+/* d on the CUDA backend vs ref64 (tu_check_vs_ref: status, every element written, finite, each
+ * output < tol) and vs the CPU backend (each output < tol). 1 when both pass. */
+static int check_one(const vla_attn_desc *d, const tu_problem *p, int inplace, double tol, const char *label,
+                     char *why, size_t whylen) {
+    tu_result rg, rc;
+    tu_run(g_cu, d, p, inplace, &rg);
+    int ok = tu_check_vs_ref(d, p, &rg, tol, label, NULL, why, whylen);
+    if (rg.status == VLA_OK) {
+        tu_run(g_cpu, d, p, inplace, &rc);
+        if (rc.status != VLA_OK) {
+            ok = 0;
+            add_why(why, whylen, "%s: the cpu backend failed (%g)\n", label, (double)rc.status);
+        } else {
+            const double eo = tu_relerr_ff(rg.o, rc.o, tu_nvo(p));
+            const double eS = rg.S && rc.S ? tu_relerr_ff(rg.S, rc.S, tu_nS(p)) : 0.0;
+            const double eA = rg.A && rc.A ? tu_relerr_ff(rg.A, rc.A, tu_nA(p)) : 0.0;
+            const double en = rg.n && rc.n ? tu_relerr_ff(rg.n, rc.n, tu_nn(p)) : 0.0;
+            const double worst = fmax(fmax(eo, eS), fmax(eA, en));
+            fprintf(stderr, "  %-58s vs cpu: o %.2e S %.2e A %.2e n %.2e\n", label, eo, eS, eA, en);
+            if (!(worst < tol)) {
+                ok = 0;
+                add_why(why, whylen, "%s: cuda vs cpu rel. error %.3e\n", label, worst);
+            }
+        }
+        tu_result_free(&rc);
+    }
+    tu_result_free(&rg);
+    return ok;
+}
+
+static int algorithms_of(const cu_case *c, vla_algorithm out[6]) {
+    if (c->only != VLA_ALGO_AUTO) {
+        out[0] = c->only;
+        return 1;
+    }
+    return tu_algorithms(c->mech, out); /* AUTO last */
+}
+
+START_TEST(test_case) {
+    const cu_case *c = &cases[_i];
+    if (g_quick && (size_t)c->B * c->T * c->H * (c->dk + c->dv) > 20000) return;
+    tu_rng rng;
+    tu_seed(&rng, seed_base + (uint64_t)_i);
+    vla_attn_desc d;
+    make_desc(c, &d);
+    tu_problem p;
+    make_problem(&rng, c, &d, &p);
+    vla_algorithm algos[6];
+    const int na = algorithms_of(c, algos);
+    char why[4096] = "";
+    int ok = 1;
+    for (int a = 0; a < na; a++) {
+        if (g_quick && na > 1 && algos[a] == VLA_ALGO_AUTO) continue; /* AUTO repeats another one */
+        d.algorithm = algos[a];
+        char label[160];
+        snprintf(label, sizeof label, "%s [%s]", c->name, vla_algorithm_name(algos[a]));
+        ok &= check_one(&d, &p, c->inplace, c->tol > 0 ? c->tol : 1e-5, label, why, sizeof why);
+    }
+    free_problem(&p);
+    ck_assert_msg(ok, "%s", why);
+}
+END_TEST
+
+/* ---- decoding: T = 1 calls with the states carried in place, against one whole run ---- */
+
+typedef struct dec_case {
+    const char *name;
+    vla_mechanism mech;
+    int dk, dv, paper, with_u, with_beta, with_g;
+    vla_algorithm algo; /* SEQUENTIAL, or AUTO (which must pick it for T = 1) */
+} dec_case;
+
+static const dec_case dec_cases[] = {
+    {"decode vla", VL, 16, 12, 0, 0, 0, 0, VLA_ALGO_SEQUENTIAL},
+    {"decode vla auto", VL, 16, 12, 0, 0, 0, 0, VLA_ALGO_AUTO},
+    {"decode vla paper + u (R20, normalised)", VL, 16, 16, 1, 1, 0, 0, VLA_ALGO_SEQUENTIAL},
+    {"decode vla dk64 dv64 + u", VL, 64, 64, 0, 1, 0, 0, VLA_ALGO_AUTO},
+    {"decode delta beta g", DE, 16, 24, 0, 0, 1, 1, VLA_ALGO_AUTO},
+    {"decode linear", LI, 12, 10, 0, 0, 0, 0, VLA_ALGO_AUTO},
+};
+
+START_TEST(test_decode) {
+    const dec_case *c = &dec_cases[_i];
+    const int B = 2, H = 3, T = g_quick ? 6 : 24, dk = c->dk, dv = c->dv;
+    const int64_t t0 = 11;
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 500 + (uint64_t)_i);
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, c->mech), VLA_OK);
+    if (c->paper) ck_assert_int_eq(vla_attn_desc_preset(&d, "paper"), VLA_OK);
+    cu_case cc = {.mech = c->mech, .B = B, .T = T, .H = H, .dk = dk, .dv = dv, .t0 = t0, .with_u = c->with_u,
+                  .with_beta = c->with_beta, .with_g = c->with_g, .with_states = 1};
+    tu_problem p;
+    make_problem(&rng, &cc, &d, &p);
+    const int hS = tu_has_S(&d), hA = tu_has_A(&d), hn = tu_has_n(&d);
+
+    /* the whole sequence, in float64 */
+    double *o_ref = malloc(tu_nvo(&p) * sizeof(double)), *S_ref = malloc(tu_nS(&p) * sizeof(double));
+    double *A_ref = malloc(tu_nA(&p) * sizeof(double)), *n_ref = malloc(tu_nn(&p) * sizeof(double));
+    ck_assert(o_ref && S_ref && A_ref && n_ref);
+    ck_assert_int_eq(ref64_forward(&d, B, T, H, dk, dv, t0, p.q, p.k, p.v, p.u, p.beta, p.g, p.S0, p.A0, p.n0,
+                                   o_ref, S_ref, A_ref, n_ref),
+                     0);
+
+    /* token by token on the device, states updated in place */
+    vla_buffer *Sb = hS ? tu_buf_from(g_cu, p.S0, tu_nS(&p)) : NULL;
+    vla_buffer *Ab = hA ? tu_buf_from(g_cu, p.A0, tu_nA(&p)) : NULL;
+    vla_buffer *nb = hn ? tu_buf_from(g_cu, p.n0, tu_nn(&p)) : NULL;
+    float *o = malloc(tu_nvo(&p) * sizeof(float));
+    ck_assert_ptr_nonnull(o);
+    tu_poison(o, tu_nvo(&p));
+    d.algorithm = c->algo;
+    for (int t = 0; t < T; t++) {
+        float *qs = tu_slice_time(p.q, B, T, H, dk, t, t + 1), *ks = tu_slice_time(p.k, B, T, H, dk, t, t + 1);
+        float *vs = tu_slice_time(p.v, B, T, H, dv, t, t + 1);
+        float *us = p.u ? tu_slice_time(p.u, B, T, H, dk, t, t + 1) : NULL;
+        float *bs = p.beta ? tu_slice_time(p.beta, B, T, H, 1, t, t + 1) : NULL;
+        float *gs = p.g ? tu_slice_time(p.g, B, T, H, 1, t, t + 1) : NULL;
+        tu_problem one = {.B = B, .T = 1, .H = H, .dk = dk, .dv = dv, .t0 = t0 + t};
+        vla_buffer *qb = tu_buf_from(g_cu, qs, tu_nqk(&one)), *kb = tu_buf_from(g_cu, ks, tu_nqk(&one));
+        vla_buffer *vb = tu_buf_from(g_cu, vs, tu_nvo(&one));
+        vla_buffer *ub = us ? tu_buf_from(g_cu, us, tu_nqk(&one)) : NULL;
+        vla_buffer *bb = bs ? tu_buf_from(g_cu, bs, tu_nbt(&one)) : NULL;
+        vla_buffer *gb = gs ? tu_buf_from(g_cu, gs, tu_nbt(&one)) : NULL;
+        vla_buffer *ob = tu_buf_new(g_cu, tu_nvo(&one));
+        vla_attn_args a = {.B = B, .T = 1, .H = H, .dk = dk, .dv = dv, .t0 = t0 + t, .q = qb, .k = kb, .v = vb,
+                           .u = ub, .beta = bb, .g = gb, .o = ob, .S_in = Sb, .A_in = Ab, .n_in = nb,
+                           .S_out = Sb, .A_out = Ab, .n_out = nb};
+        vla_algorithm resolved = VLA_ALGO_AUTO;
+        ck_assert_int_eq(vla_attention_resolve_algorithm(g_cu, &d, &a, &resolved), VLA_OK);
+        ck_assert_int_eq(resolved, VLA_ALGO_SEQUENTIAL);
+        const vla_status s = vla_attention_forward(g_cu, &d, &a);
+        ck_assert_msg(s == VLA_OK, "%s step %d: %s: %s", c->name, t, vla_status_string(s), vla_last_message());
+        float *os = tu_buf_download_new(ob, tu_nvo(&one));
+        tu_place_time(o, os, B, T, H, dv, t, t + 1);
+        free(os), free(qs), free(ks), free(vs), free(us), free(bs), free(gs);
+        vla_buffer_free(qb), vla_buffer_free(kb), vla_buffer_free(vb), vla_buffer_free(ub);
+        vla_buffer_free(bb), vla_buffer_free(gb), vla_buffer_free(ob);
+    }
+    const double eo = tu_relerr(o, o_ref, tu_nvo(&p));
+    double eS = 0, eA = 0, en = 0;
+    if (hS) {
+        float *S = tu_buf_download_new(Sb, tu_nS(&p));
+        eS = tu_relerr(S, S_ref, tu_nS(&p));
+        free(S);
+    }
+    if (hA) {
+        float *A = tu_buf_download_new(Ab, tu_nA(&p));
+        eA = tu_relerr(A, A_ref, tu_nA(&p));
+        free(A);
+    }
+    if (hn) {
+        float *n = tu_buf_download_new(nb, tu_nn(&p));
+        en = tu_relerr(n, n_ref, tu_nn(&p));
+        free(n);
+    }
+    fprintf(stderr, "  %-58s o %.2e S %.2e A %.2e n %.2e (tol 1e-5)\n", c->name, eo, eS, eA, en);
+    vla_buffer_free(Sb), vla_buffer_free(Ab), vla_buffer_free(nb);
+    free(o), free(o_ref), free(S_ref), free(A_ref), free(n_ref);
+    free_problem(&p);
+    ck_assert_msg(eo < 1e-5 && eS < 1e-5 && eA < 1e-5 && en < 1e-5, "%s: o %.3e S %.3e A %.3e n %.3e", c->name, eo,
+                  eS, eA, en);
+}
+END_TEST
+
+/* ---- streaming: two pieces, states carried in place, vs one whole float64 run ---- */
+
+typedef struct stream_case {
+    const char *name;
+    vla_mechanism mech;
+    int T, cut, chunk, R, paper, with_u, with_beta, with_g, norm;
+    double rho;
+    int64_t t0;
+    vla_algorithm first, second;
+} stream_case;
+
+#define SQ VLA_ALGO_SEQUENTIAL
+#define SC VLA_ALGO_SCAN
+#define CH VLA_ALGO_CHUNKED
+static const stream_case stream_cases[] = {
+    {"stream vla chunked|chunked R4 rho0.5 t0=3 u", VL, 61, 26, 8, 4, 0, 1, 0, 0, 0, 0.5, 3, CH, CH},
+    {"stream vla two-level|two-level R4 rho0.5 t0=3", VL, 61, 27, 8, 4, 0, 0, 0, 0, 0, 0.5, 3, TL, TL},
+    {"stream vla scan|sequential R4 rho0.5 t0=3 u", VL, 61, 30, 8, 4, 0, 1, 0, 0, 0, 0.5, 3, SC, SQ},
+    {"stream vla sequential|two-level paper + u", VL, 70, 33, 16, 0, 1, 1, 0, 0, 0, 0.0, 9, SQ, TL},
+    {"stream vla two-level|chunked (Gram path, A_in)", VL, 80, 41, 8, 0, 0, 1, 0, 0, 0, 0.0, 0, TL, TL},
+    {"stream vla scan|scan elu1 normalised", VL, 50, 21, 8, 0, 0, 0, 0, 0, 1, 0.0, 0, SC, SC},
+    {"stream delta chunked|sequential beta g", DE, 50, 19, 8, 0, 0, 0, 1, 1, 0, 0.0, 0, CH, SQ},
+    {"stream linear sequential|chunked", LI, 50, 23, 8, 0, 0, 0, 0, 0, 0, 0.0, 0, SQ, CH},
+};
+
+START_TEST(test_stream) {
+    const stream_case c = stream_cases[_i];
+    const int B = 2, H = 2, dk = 12, dv = 10, T = c.T;
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 800 + (uint64_t)_i);
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, c.mech), VLA_OK);
+    if (c.paper) ck_assert_int_eq(vla_attn_desc_preset(&d, "paper"), VLA_OK);
+    d.chunk = c.chunk;
+    if (c.R) d.refresh = c.R, d.refresh_size = c.rho;
+    if (c.norm) d.feature_map = VLA_FMAP_ELU1, d.normalize_output = 1;
+    cu_case cc = {.mech = c.mech, .B = B, .T = T, .H = H, .dk = dk, .dv = dv, .t0 = c.t0, .with_u = c.with_u,
+                  .with_beta = c.with_beta, .with_g = c.with_g, .with_states = 1};
+    tu_problem p;
+    make_problem(&rng, &cc, &d, &p);
+    const int hS = tu_has_S(&d), hA = tu_has_A(&d), hn = tu_has_n(&d);
+    double *o_ref = malloc(tu_nvo(&p) * sizeof(double)), *S_ref = malloc(tu_nS(&p) * sizeof(double));
+    double *A_ref = malloc(tu_nA(&p) * sizeof(double)), *n_ref = malloc(tu_nn(&p) * sizeof(double));
+    ck_assert(o_ref && S_ref && A_ref && n_ref);
+    ck_assert_int_eq(ref64_forward(&d, B, T, H, dk, dv, c.t0, p.q, p.k, p.v, p.u, p.beta, p.g, p.S0, p.A0, p.n0,
+                                   o_ref, S_ref, A_ref, n_ref),
+                     0);
+    vla_buffer *Sb = hS ? tu_buf_from(g_cu, p.S0, tu_nS(&p)) : NULL;
+    vla_buffer *Ab = hA ? tu_buf_from(g_cu, p.A0, tu_nA(&p)) : NULL;
+    vla_buffer *nb = hn ? tu_buf_from(g_cu, p.n0, tu_nn(&p)) : NULL;
+    float *o = malloc(tu_nvo(&p) * sizeof(float));
+    ck_assert_ptr_nonnull(o);
+    tu_poison(o, tu_nvo(&p));
+    for (int piece = 0; piece < 2; piece++) {
+        const int ta = piece ? c.cut : 0, tb = piece ? T : c.cut, Tp = tb - ta;
+        d.algorithm = piece ? c.second : c.first;
+        float *qs = tu_slice_time(p.q, B, T, H, dk, ta, tb), *ks = tu_slice_time(p.k, B, T, H, dk, ta, tb);
+        float *vs = tu_slice_time(p.v, B, T, H, dv, ta, tb);
+        float *us = p.u ? tu_slice_time(p.u, B, T, H, dk, ta, tb) : NULL;
+        float *bs = p.beta ? tu_slice_time(p.beta, B, T, H, 1, ta, tb) : NULL;
+        float *gs = p.g ? tu_slice_time(p.g, B, T, H, 1, ta, tb) : NULL;
+        tu_problem pc = {.B = B, .T = Tp, .H = H, .dk = dk, .dv = dv};
+        vla_buffer *qb = tu_buf_from(g_cu, qs, tu_nqk(&pc)), *kb = tu_buf_from(g_cu, ks, tu_nqk(&pc));
+        vla_buffer *vb = tu_buf_from(g_cu, vs, tu_nvo(&pc));
+        vla_buffer *ub = us ? tu_buf_from(g_cu, us, tu_nqk(&pc)) : NULL;
+        vla_buffer *bb = bs ? tu_buf_from(g_cu, bs, tu_nbt(&pc)) : NULL;
+        vla_buffer *gb = gs ? tu_buf_from(g_cu, gs, tu_nbt(&pc)) : NULL;
+        vla_buffer *ob = tu_buf_new(g_cu, tu_nvo(&pc));
+        vla_attn_args a = {.B = B, .T = Tp, .H = H, .dk = dk, .dv = dv, .t0 = c.t0 + ta, .q = qb, .k = kb, .v = vb,
+                           .u = ub, .beta = bb, .g = gb, .o = ob, .S_in = Sb, .A_in = Ab, .n_in = nb,
+                           .S_out = Sb, .A_out = Ab, .n_out = nb};
+        const vla_status s = vla_attention_forward(g_cu, &d, &a);
+        ck_assert_msg(s == VLA_OK, "%s piece %d: %s: %s", c.name, piece, vla_status_string(s), vla_last_message());
+        float *os = tu_buf_download_new(ob, tu_nvo(&pc));
+        tu_place_time(o, os, B, T, H, dv, ta, tb);
+        free(os), free(qs), free(ks), free(vs), free(us), free(bs), free(gs);
+        vla_buffer_free(qb), vla_buffer_free(kb), vla_buffer_free(vb), vla_buffer_free(ub);
+        vla_buffer_free(bb), vla_buffer_free(gb), vla_buffer_free(ob);
+    }
+    const double eo = tu_relerr(o, o_ref, tu_nvo(&p));
+    double eS = 0, eA = 0, en = 0;
+    if (hS) {
+        float *S = tu_buf_download_new(Sb, tu_nS(&p));
+        eS = tu_relerr(S, S_ref, tu_nS(&p));
+        free(S);
+    }
+    if (hA) {
+        float *A = tu_buf_download_new(Ab, tu_nA(&p));
+        eA = tu_relerr(A, A_ref, tu_nA(&p));
+        free(A);
+    }
+    if (hn) {
+        float *n = tu_buf_download_new(nb, tu_nn(&p));
+        en = tu_relerr(n, n_ref, tu_nn(&p));
+        free(n);
+    }
+    fprintf(stderr, "  %-58s o %.2e S %.2e A %.2e n %.2e (tol 1e-5)\n", c.name, eo, eS, eA, en);
+    vla_buffer_free(Sb), vla_buffer_free(Ab), vla_buffer_free(nb);
+    free(o), free(o_ref), free(S_ref), free(A_ref), free(n_ref);
+    free_problem(&p);
+    ck_assert_msg(eo < 1e-5 && eS < 1e-5 && eA < 1e-5 && en < 1e-5, "%s: o %.3e S %.3e A %.3e n %.3e", c.name, eo,
+                  eS, eA, en);
+}
+END_TEST
+
+/* ---- long sequences (lambda0 = 0.1): 1e-5 up to T = 1024, 1e-4 beyond, vs float64 ---- */
+
+typedef struct long_case {
+    int T, H, d;
+    vla_algorithm algo;
+    double tol;
+    int gpu_only; /* too slow for the CPU emulator */
+} long_case;
+
+static const long_case long_cases[] = {
+    {1024, 2, 32, VLA_ALGO_SEQUENTIAL, 1e-5, 1}, {1024, 2, 32, VLA_ALGO_CHUNKED, 1e-5, 1},
+    {1024, 2, 32, VLA_ALGO_TWO_LEVEL, 1e-5, 1},  {1024, 2, 16, VLA_ALGO_SCAN, 1e-5, 1},
+    {300, 2, 16, VLA_ALGO_TWO_LEVEL, 1e-5, 0},   {300, 1, 16, VLA_ALGO_SCAN, 1e-5, 0},
+    {16384, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1},   {16384, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1},
+    {131072, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1}, {131072, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1},
+    {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1},
+};
+
+START_TEST(test_long) {
+    const long_case *c = &long_cases[_i];
+    if ((c->gpu_only && g_emulated) || g_quick) return;
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 900 + (uint64_t)_i);
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, VL), VLA_OK);
+    d.algorithm = c->algo;
+    cu_case cc = {.mech = VL, .B = 1, .T = c->T, .H = c->H, .dk = c->d, .dv = c->d};
+    tu_problem p;
+    make_problem(&rng, &cc, &d, &p);
+    tu_result r;
+    tu_run(g_cu, &d, &p, 0, &r);
+    char label[96], why[1024] = "";
+    snprintf(label, sizeof label, "long vla T%d H%d d%d [%s]", c->T, c->H, c->d, vla_algorithm_name(c->algo));
+    const int ok = tu_check_vs_ref(&d, &p, &r, c->tol, label, NULL, why, sizeof why);
+    tu_result_free(&r);
+    free_problem(&p);
+    ck_assert_msg(ok, "%s", why);
+}
+END_TEST
+
+/* ---- two-level: a head whose A_in is not symmetric positive definite leaves the Gram path ----
+ * The Gram path needs A_in^{-1} of a symmetric positive definite A_in; a head whose A_in is not
+ * symmetric is flagged and its A part carried chunk to chunk, as the CPU's two-level form
+ * always does. The other heads stay on the Gram path. Against the CPU backend's two-level. */
+START_TEST(test_carry_path) {
+    cu_case c = {.mech = VL, .B = 1, .T = 70, .H = 3, .dk = 12, .dv = 10, .chunk = 8, .seg = 2, .with_states = 1};
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 1500);
+    vla_attn_desc d;
+    make_desc(&c, &d);
+    d.algorithm = VLA_ALGO_TWO_LEVEL;
+    tu_problem p;
+    make_problem(&rng, &c, &d, &p);
+    float *A0 = (float *)p.A0 + (size_t)1 * c.dk * c.dk; /* head 1 */
+    A0[0 * c.dk + 1] *= 1.01f;                           /* A[0][1] != A[1][0] */
+    tu_result rg, rc;
+    tu_run(g_cu, &d, &p, 0, &rg);
+    tu_run(g_cpu, &d, &p, 0, &rc);
+    ck_assert_int_eq(rg.status, VLA_OK);
+    ck_assert_int_eq(rc.status, VLA_OK);
+    const double eo = tu_relerr_ff(rg.o, rc.o, tu_nvo(&p)), eS = tu_relerr_ff(rg.S, rc.S, tu_nS(&p));
+    const double eA = tu_relerr_ff(rg.A, rc.A, tu_nA(&p));
+    fprintf(stderr, "  %-58s vs cpu: o %.2e S %.2e A %.2e\n", "two-level, one head's A_in not symmetric", eo, eS, eA);
+    ck_assert_msg(rg.o_unwritten == 0 && rg.S_unwritten == 0 && rg.A_unwritten == 0, "outputs not written");
+    ck_assert_msg(eo < 1e-5 && eS < 1e-5 && eA < 1e-5, "two-level carry path vs cpu: o %.3e S %.3e A %.3e", eo, eS, eA);
+    tu_result_free(&rg);
+    tu_result_free(&rc);
+    free_problem(&p);
+}
+END_TEST
+
+/* ---- statuses specific to this backend ---- */
+
+START_TEST(test_open_errors) {
+    static const char *bad[] = {"cuda:99", "cuda:x", "cuda:-1", "cuda:0x", "cuda:1234567890"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vla_backend *b = (vla_backend *)1;
+        const vla_status s = vla_backend_open(bad[i], &b);
+        ck_assert_msg(s == VLA_ERR_UNKNOWN_BACKEND, "%s: %s", bad[i], vla_status_string(s));
+        ck_assert_ptr_null(b);
+        ck_assert_msg(strlen(vla_last_message()) > 0, "%s: no message", bad[i]);
+        fprintf(stderr, "  %-12s -> %s: %s\n", bad[i], vla_status_string(s), vla_last_message());
+    }
+    ck_assert_str_eq(vla_backend_name(g_cu), "cuda:0");
+    vla_device_info info[16];
+    int n = 0, found = 0;
+    ck_assert_int_eq(vla_list_devices(info, 16, &n), VLA_OK);
+    for (int i = 0; i < n && i < 16; i++)
+        if (strcmp(info[i].name, "cuda:0") == 0) {
+            found = 1;
+            ck_assert_int_eq(info[i].is_gpu, 1);
+            ck_assert(strlen(info[i].description) > 0);
+            fprintf(stderr, "  listed: %s  %s\n", info[i].name, info[i].description);
+        }
+    ck_assert(found);
+    ck_assert_int_eq(vla_backend_synchronize(g_cu), VLA_OK);
+}
+END_TEST
+
+START_TEST(test_out_of_memory) {
+    /* Failing allocations on purpose: not under compute-sanitizer (quick runs), which reports
+     * every failing CUDA call. */
+    if (g_quick) return;
+    /* A buffer no device has. */
+    vla_buffer *buf = NULL;
+    vla_status s = vla_buffer_alloc(g_cu, (size_t)1 << 52, &buf);
+    ck_assert_msg(s == VLA_ERR_OUT_OF_MEMORY, "huge buffer: %s", vla_status_string(s));
+    ck_assert_ptr_null(buf);
+    fprintf(stderr, "  huge buffer -> %s: %s\n", vla_status_string(s), vla_last_message());
+
+    /* The scan's per-token maps (T dk (dk + dv) floats per head) past the device's memory:
+     * VLA_ERR_OUT_OF_MEMORY before anything is written. */
+    const int T = g_emulated ? 4096 : 262144, dk = 256, dv = 256;
+    tu_problem p = {.B = 1, .T = T, .H = 1, .dk = dk, .dv = dv};
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 1234);
+    float *x = tu_randn_new(&rng, tu_nqk(&p));
+    vla_buffer *q = tu_buf_from(g_cu, x, tu_nqk(&p)), *o = tu_buf_new(g_cu, tu_nvo(&p));
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, VL), VLA_OK);
+    d.algorithm = VLA_ALGO_SCAN;
+    vla_attn_args a = {.B = 1, .T = T, .H = 1, .dk = dk, .dv = dv, .q = q, .k = q, .v = q, .o = o};
+    s = vla_attention_forward(g_cu, &d, &a);
+    fprintf(stderr, "  scan T=%d d=%d -> %s: %s\n", T, dk, vla_status_string(s), vla_backend_message(g_cu));
+    ck_assert_msg(s == VLA_ERR_OUT_OF_MEMORY, "scan past memory: %s", vla_status_string(s));
+    float *od = tu_buf_download_new(o, tu_nvo(&p));
+    ck_assert_msg(tu_count_poison(od, tu_nvo(&p)) == tu_nvo(&p), "o was written by a call that failed");
+    free(od), free(x);
+    vla_buffer_free(q), vla_buffer_free(o);
+
+    /* The backend still works. */
+    cu_case c = {.mech = VL, .B = 1, .T = 40, .H = 2, .dk = 8, .dv = 8};
+    vla_attn_desc d2;
+    make_desc(&c, &d2);
+    tu_problem p2;
+    make_problem(&rng, &c, &d2, &p2);
+    char why[512] = "";
+    const int ok = check_one(&d2, &p2, 0, 1e-5, "vla after a failed call", why, sizeof why);
+    free_problem(&p2);
+    ck_assert_msg(ok, "%s", why);
+}
+END_TEST
+
+static Suite *cuda_suite(void) {
+    Suite *s = suite_create("cuda");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 3600);
+    tcase_add_loop_test(tc, test_case, 0, N_CASES);
+    suite_add_tcase(s, tc);
+    TCase *td = tcase_create("decode");
+    tcase_set_timeout(td, 3600);
+    tcase_add_loop_test(td, test_decode, 0, (int)(sizeof dec_cases / sizeof dec_cases[0]));
+    suite_add_tcase(s, td);
+    TCase *ts = tcase_create("streaming");
+    tcase_set_timeout(ts, 3600);
+    tcase_add_loop_test(ts, test_stream, 0, (int)(sizeof stream_cases / sizeof stream_cases[0]));
+    suite_add_tcase(s, ts);
+    TCase *tl = tcase_create("long");
+    tcase_set_timeout(tl, 3600);
+    tcase_add_loop_test(tl, test_long, 0, (int)(sizeof long_cases / sizeof long_cases[0]));
+    suite_add_tcase(s, tl);
+    TCase *tp = tcase_create("paths");
+    tcase_add_test(tp, test_carry_path);
+    suite_add_tcase(s, tp);
+    TCase *te = tcase_create("errors");
+    tcase_add_test(te, test_open_errors);
+    tcase_add_test(te, test_out_of_memory);
+    suite_add_tcase(s, te);
+    return s;
+}
+
+int main(void) {
+    const char *seed = getenv("VLA_TEST_SEED");
+    if (seed && *seed) seed_base = strtoull(seed, NULL, 10);
+    const char *quick = getenv("VLA_CUDA_TEST_QUICK");
+    g_quick = quick && *quick && strcmp(quick, "0") != 0;
+    /* Skip, never pass, without a device. */
+    vla_device_info info[32];
+    int n = 0, have = 0;
+    if (vla_list_devices(info, 32, &n) == VLA_OK)
+        for (int i = 0; i < n && i < 32; i++)
+            if (strncmp(info[i].name, "cuda:", 5) == 0) have = 1;
+    if (!have) {
+        printf("test_cuda: no CUDA device on this machine (or no driver): skipped\n");
+        return 77;
+    }
+    if (vla_backend_open("cuda:0", &g_cu) != VLA_OK) {
+        printf("test_cuda: cuda:0 is listed but does not open (%s): failed\n", vla_last_message());
+        return 1;
+    }
+    if (vla_backend_open("cpu", &g_cpu) != VLA_OK) {
+        printf("test_cuda: the cpu backend does not open: %s\n", vla_last_message());
+        return 1;
+    }
+    g_emulated = strstr(vla_backend_device(g_cu), "emulator") != NULL;
+    fprintf(stderr, "test_cuda: %s = %s%s\n", vla_backend_name(g_cu), vla_backend_device(g_cu),
+            g_emulated ? " (smaller sizes)" : "");
+    SRunner *sr = srunner_create(cuda_suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    vla_backend_close(g_cu);
+    vla_backend_close(g_cpu);
+    return failed ? 1 : 0;
+}
