@@ -1,8 +1,10 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 /* Backend registry (open by name, list devices) and buffers. */
 #include "vla_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* In order of preference for "auto". */
 static const vla_backend_entry *const entries[] = {
@@ -19,6 +21,7 @@ static const vla_backend_entry *const entries[] = {
 static vla_status open_entry(const vla_backend_entry *e, const char *device, vla_backend **out) {
     vla_backend *b = calloc(1, sizeof *b);
     if (!b) return vla_fail(NULL, VLA_ERR_OUT_OF_MEMORY, "vla_backend_open: out of host memory");
+    b->timer_host_start = -1.0;
     vla_status s = e->open(device, b);
     if (s != VLA_OK) {
         /* The backend wrote its message into b; keep it as the thread's message. */
@@ -89,6 +92,48 @@ vla_status vla_backend_set_threads(vla_backend *b, int threads) {
     if (threads < 0)
         return vla_fail(b, VLA_ERR_INVALID_PARAMETER, "vla_backend_set_threads: threads = %d < 0", threads);
     return b->iface->set_threads ? b->iface->set_threads(b, threads) : VLA_OK;
+}
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+vla_status vla_backend_timer_start(vla_backend *b) {
+    if (!b) return vla_fail(NULL, VLA_ERR_NULL_ARGUMENT, "vla_backend_timer_start: backend is NULL");
+    vla_clear_message(b);
+    if (b->iface->timer_start) {
+        vla_status s = b->iface->timer_start(b);
+        if (s != VLA_OK) return s;
+    }
+    b->timer_host_start = monotonic_s();
+    return VLA_OK;
+}
+
+vla_status vla_backend_timer_stop(vla_backend *b, double *ms, int *device_clock) {
+    if (!b) return vla_fail(NULL, VLA_ERR_NULL_ARGUMENT, "vla_backend_timer_stop: backend is NULL");
+    vla_clear_message(b);
+    if (!ms) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "vla_backend_timer_stop: ms is NULL");
+    if (b->timer_host_start < 0)
+        return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "vla_backend_timer_stop: no vla_backend_timer_start before it");
+    const double t0 = b->timer_host_start;
+    b->timer_host_start = -1.0;
+    if (device_clock) *device_clock = 0;
+    if (b->iface->timer_stop) {
+        vla_status s = b->iface->timer_stop(b, ms);
+        if (s == VLA_OK) {
+            if (device_clock) *device_clock = 1;
+            return VLA_OK;
+        }
+        if (s != VLA_ERR_UNSUPPORTED) return s;
+        vla_clear_message(b); /* the driver could not time it: the host clock below does */
+    } else {
+        vla_status s = vla_backend_synchronize(b);
+        if (s != VLA_OK) return s;
+    }
+    *ms = 1e3 * (monotonic_s() - t0);
+    return VLA_OK;
 }
 
 vla_status vla_list_devices(vla_device_info *out, int max, int *count) {

@@ -20,6 +20,11 @@ typedef struct vla_backend_iface {
 
     vla_status (*synchronize)(vla_backend *b); /* optional */
     vla_status (*set_threads)(vla_backend *b, int threads); /* optional */
+    /* Optional device-clock timing (vla_backend_timer_*). timer_stop waits for the work and
+     * returns VLA_ERR_UNSUPPORTED when the driver could not time it (the core then uses the host
+     * clock it started beside). */
+    vla_status (*timer_start)(vla_backend *b);
+    vla_status (*timer_stop)(vla_backend *b, double *ms);
 
     /* Resolves AUTO (and checks the algorithm is implemented). */
     vla_status (*resolve_algorithm)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
@@ -37,6 +42,7 @@ struct vla_backend {
     char name[64];
     char device[192];
     char message[VLA_MSG_LEN];
+    double timer_host_start; /* seconds, CLOCK_MONOTONIC; < 0 when no timer is running */
 };
 
 struct vla_buffer {

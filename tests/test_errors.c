@@ -698,6 +698,30 @@ START_TEST(test_message_cleared) {
 }
 END_TEST
 
+/* vla_backend_timer_*: misuse has its own status; a real interval is positive and, on the CPU,
+ * comes from the host clock (device_clock = 0). */
+START_TEST(test_timer) {
+    double ms = -1.0;
+    int dev = -1;
+    ck_assert_int_eq(vla_backend_timer_start(NULL), VLA_ERR_NULL_ARGUMENT);
+    ck_assert_int_eq(vla_backend_timer_stop(NULL, &ms, &dev), VLA_ERR_NULL_ARGUMENT);
+    ck_assert_int_eq(vla_backend_timer_stop(F.be, &ms, &dev), VLA_ERR_INVALID_COMBINATION);
+    ck_assert_ptr_nonnull(strstr(vla_backend_message(F.be), "timer_start"));
+    ck_assert_int_eq(vla_backend_timer_start(F.be), VLA_OK);
+    ck_assert_int_eq(vla_backend_timer_stop(F.be, NULL, &dev), VLA_ERR_NULL_ARGUMENT);
+    ck_assert_int_eq(vla_backend_timer_start(F.be), VLA_OK);
+    vla_attn_desc d;
+    vla_attn_desc_init(&d, VLA_MECH_VLA);
+    vla_attn_args a = {.B = FB, .T = FT, .H = FH, .dk = FDK, .dv = FDV, .q = F.q, .k = F.k, .v = F.v, .o = F.o};
+    ck_assert_int_eq(vla_attention_forward(F.be, &d, &a), VLA_OK);
+    ck_assert_int_eq(vla_backend_timer_stop(F.be, &ms, &dev), VLA_OK);
+    ck_assert(ms > 0.0 && ms < 60e3);
+    ck_assert_int_eq(dev, 0);
+    /* A stop consumes its start. */
+    ck_assert_int_eq(vla_backend_timer_stop(F.be, &ms, NULL), VLA_ERR_INVALID_COMBINATION);
+}
+END_TEST
+
 Suite *errors_suite(void) {
     Suite *s = suite_create("errors");
     TCase *tc = tcase_create("arguments");
@@ -715,6 +739,7 @@ Suite *errors_suite(void) {
     tcase_add_test(tc, test_buffer_api);
     tcase_add_test(tc, test_status_strings);
     tcase_add_test(tc, test_message_cleared);
+    tcase_add_test(tc, test_timer);
     suite_add_tcase(s, tc);
     return s;
 }

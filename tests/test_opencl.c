@@ -157,6 +157,32 @@ START_TEST(test_nan_propagates) {
 }
 END_TEST
 
+/* vla_backend_timer_* through OpenCL markers: a positive interval, from the device's profiling
+ * clock where the driver times markers (PoCL does) or else the host clock; never an error. */
+START_TEST(test_timer) {
+    vla_backend *b = open_ocl();
+    const int T = 64, d = 8;
+    const size_t n = (size_t)T * d;
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = 0.25f * (float)(i % 7) - 0.6f;
+    vla_buffer *q = tu_buf_from(b, x, n), *o = tu_buf_new(b, n);
+    vla_attn_desc desc;
+    vla_attn_desc_init(&desc, VLA_MECH_VLA);
+    vla_attn_args a = {.B = 1, .T = T, .H = 1, .dk = d, .dv = d, .q = q, .k = q, .v = q, .o = o};
+    double ms = -1.0;
+    int dev = -1;
+    ck_assert_int_eq(vla_backend_timer_start(b), VLA_OK);
+    ck_assert_int_eq(vla_attention_forward(b, &desc, &a), VLA_OK);
+    ck_assert_msg(vla_backend_timer_stop(b, &ms, &dev) == VLA_OK, "%s", vla_backend_message(b));
+    ck_assert(ms > 0.0 && ms < 60e3);
+    ck_assert(dev == 0 || dev == 1);
+    fprintf(stderr, "opencl timer: %.4f ms by the %s clock\n", ms, dev ? "device" : "host");
+    free(x);
+    vla_buffer_free(q), vla_buffer_free(o);
+    vla_backend_close(b);
+}
+END_TEST
+
 /* VLA_OPENCL_NO_FP64=1 is visible in the device description (vla-check widens the sequential
  * and scan tolerances on such devices). */
 START_TEST(test_fp64_switch) {
@@ -182,6 +208,7 @@ static Suite *opencl_suite(void) {
     tcase_add_test(tc, test_workspace_oom_writes_nothing);
     tcase_add_test(tc, test_nan_propagates);
     tcase_add_test(tc, test_fp64_switch);
+    tcase_add_test(tc, test_timer);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -91,34 +91,36 @@ static double now_s(void) {
 }
 
 /* ---- the timer: one forward call, start to finished ------------------------------------------
- * The host timer reads CLOCK_MONOTONIC around vla_attention_forward + vla_backend_synchronize.
- * GPU backends will swap in device events (record, forward, record, synchronize, elapsed):
- * only this struct's functions change. */
+ * vla_backend_timer_*: CUDA events on CUDA, OpenCL profiling events on OpenCL, CLOCK_MONOTONIC
+ * on the CPU (and where a driver cannot time). The clock actually used is recorded per run. */
 typedef struct bench_timer bench_timer;
 struct bench_timer {
     const char *name;
-    void (*start)(bench_timer *t, vla_backend *b);
-    /* Waits for the backend to finish, then returns the elapsed milliseconds in *ms. */
-    vla_status (*stop)(bench_timer *t, vla_backend *b, double *ms);
-    struct timespec t0;
+    int device_clock; /* -1 until the first sample; then 1 if every sample came from the device */
 };
 
-static void host_timer_start(bench_timer *t, vla_backend *b) {
-    (void)b;
-    clock_gettime(CLOCK_MONOTONIC, &t->t0);
+static void lib_timer_start(bench_timer *t, vla_backend *b) {
+    (void)t;
+    (void)vla_backend_timer_start(b);
 }
 
-static vla_status host_timer_stop(bench_timer *t, vla_backend *b, double *ms) {
-    vla_status s = vla_backend_synchronize(b);
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    *ms = 1e3 * (double)(t1.tv_sec - t->t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t->t0.tv_nsec);
+static vla_status lib_timer_stop(bench_timer *t, vla_backend *b, double *ms) {
+    int dev = 0;
+    vla_status s = vla_backend_timer_stop(b, ms, &dev);
+    if (s == VLA_OK) t->device_clock = (t->device_clock == -1 ? dev : (t->device_clock && dev));
     return s;
 }
 
-static bench_timer host_timer(void) {
-    bench_timer t = {.name = "CLOCK_MONOTONIC around forward + synchronize", .start = host_timer_start,
-                     .stop = host_timer_stop};
+/* What clock measured the run, for the md header and the JSON. */
+static const char *timer_desc(const bench_timer *t) {
+    if (t->device_clock == 1) return "device clock via vla_backend_timer (CUDA events / OpenCL profiling events)";
+    if (t->device_clock == 0) return "CLOCK_MONOTONIC around forward + synchronize via vla_backend_timer";
+    return "vla_backend_timer (no sample timed)";
+}
+
+static bench_timer lib_timer(void) {
+    bench_timer t = {.name = "vla_backend_timer (device clock: CUDA events / OpenCL profiling; CPU: CLOCK_MONOTONIC)",
+                     .device_clock = -1};
     return t;
 }
 
@@ -127,10 +129,10 @@ static vla_status time_forward(bench_timer *t, vla_backend *b, const vla_attn_de
                                double *ms) {
     vla_status s = vla_backend_synchronize(b); /* nothing earlier inside the interval */
     if (s != VLA_OK) return s;
-    t->start(t, b);
+    lib_timer_start(t, b);
     s = vla_attention_forward(b, d, a);
     double elapsed = 0;
-    vla_status s2 = t->stop(t, b, &elapsed);
+    vla_status s2 = lib_timer_stop(t, b, &elapsed);
     *ms = elapsed;
     return s != VLA_OK ? s : s2;
 }
@@ -1066,7 +1068,7 @@ static void print_md(const bench *x, FILE *f) {
             now_s() - x->t_start, 100 * x->other_share, load_info());
     fprintf(f, "<!-- %d timed runs after %d warm-up runs per point, inputs N(0,1) rotated over 3 sets, seed %llu; "
                "budget %.0f s; timer: %s -->\n\n",
-            x->o.reps, x->o.warmup, (unsigned long long)x->o.seed, x->o.budget, x->timer.name);
+            x->o.reps, x->o.warmup, (unsigned long long)x->o.seed, x->o.budget, timer_desc(&x->timer));
     fprintf(f, "| backend | mechanism | algo | B | H | T | dk | dv | median ms | min ms | max ms | tokens/s | GFLOP/s | GB/s |\n");
     fprintf(f, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     int nskip = 0;
@@ -1189,7 +1191,7 @@ static void print_json(const bench *x, FILE *f) {
     json_number(f, x->o.budget);
     fprintf(f, ", \"threads\": %d, \"seed\": %llu, \"crossover\": %s, \"input_sets\": 3, \"timer\": ", x->o.threads,
             (unsigned long long)x->o.seed, x->o.crossover ? "true" : "false");
-    json_string(f, x->timer.name);
+    json_string(f, timer_desc(&x->timer));
     fprintf(f, "},\n  \"results\": [");
     for (int i = 0; i < x->npts; i++) {
         const point *p = &x->pts[i];
@@ -1310,7 +1312,7 @@ int main(int argc, char **argv) {
         return fail(EXIT_RUN, "--backend %s: %s", x.o.backend, vla_last_message());
     }
     if (x.o.threads) vla_backend_set_threads(x.b, x.o.threads);
-    x.timer = host_timer();
+    x.timer = lib_timer();
     {
         vla_buffer *probe = NULL;
         if (vla_buffer_alloc(x.b, 64, &probe) == VLA_OK) x.host_memory = vla_buffer_host_ptr(probe) != NULL;

@@ -25,6 +25,8 @@ typedef struct cuda_context {
     vlacu_device info;
     void *ws; /* workspace, grown as needed */
     size_t ws_bytes;
+    cudaEvent_t ev_start, ev_stop; /* vla_backend_timer_*, created on first use */
+    int have_events;
 } cuda_context;
 
 static cuda_context *ctx_of(const vla_backend *b) { return (cuda_context *)b->context; }
@@ -210,6 +212,37 @@ static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla
     return VLA_OK;
 }
 
+/* ---- timing: CUDA events on the handle's stream ---- */
+
+static vla_status cuda_timer_start(vla_backend *b) {
+    cuda_context *c = ctx_of(b);
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    if (!c->have_events) {
+        CUDA_TRY(b, cudaEventCreate(&c->ev_start), "vla_backend_timer_start: cudaEventCreate");
+        cudaError_t e = cudaEventCreate(&c->ev_stop);
+        if (e != cudaSuccess) {
+            (void)cudaEventDestroy(c->ev_start);
+            return cuda_fail(b, e, "vla_backend_timer_start: cudaEventCreate");
+        }
+        c->have_events = 1;
+    }
+    CUDA_TRY(b, cudaEventRecord(c->ev_start, c->stream), "vla_backend_timer_start: cudaEventRecord");
+    return VLA_OK;
+}
+
+static vla_status cuda_timer_stop(vla_backend *b, double *ms) {
+    cuda_context *c = ctx_of(b);
+    vla_status s = use_device(b);
+    if (s != VLA_OK) return s;
+    float f = 0.0f;
+    CUDA_TRY(b, cudaEventRecord(c->ev_stop, c->stream), "vla_backend_timer_stop: cudaEventRecord");
+    CUDA_TRY(b, cudaEventSynchronize(c->ev_stop), "vla_backend_timer_stop: cudaEventSynchronize");
+    CUDA_TRY(b, cudaEventElapsedTime(&f, c->ev_start, c->ev_stop), "vla_backend_timer_stop: cudaEventElapsedTime");
+    *ms = f;
+    return VLA_OK;
+}
+
 /* ---- registration ---- */
 
 static void cuda_close(vla_backend *b) {
@@ -218,6 +251,10 @@ static void cuda_close(vla_backend *b) {
     if (cudaSetDevice(c->device) == cudaSuccess) {
         (void)cudaStreamSynchronize(c->stream);
         if (c->ws) (void)cudaFree(c->ws);
+        if (c->have_events) {
+            (void)cudaEventDestroy(c->ev_start);
+            (void)cudaEventDestroy(c->ev_stop);
+        }
         (void)cudaStreamDestroy(c->stream);
     }
     (void)cudaGetLastError();
@@ -233,6 +270,8 @@ static const vla_backend_iface cuda_iface = {
     .buffer_host_ptr = NULL,
     .synchronize = cuda_synchronize,
     .set_threads = NULL,
+    .timer_start = cuda_timer_start,
+    .timer_stop = cuda_timer_stop,
     .resolve_algorithm = cuda_resolve,
     .attention_forward = cuda_forward,
     .close = cuda_close,

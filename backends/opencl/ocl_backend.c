@@ -196,6 +196,40 @@ static vla_status ocl_synchronize(vla_backend *b) {
     return err == CL_SUCCESS ? VLA_OK : ocl_fail(b, err, "clFinish", "(vla_backend_synchronize)");
 }
 
+/* ---- timing: profiling events of two markers on the in-order queue ----
+ * elapsed = END(stop marker) - END(start marker): the markers complete when everything queued
+ * before them has. A driver that does not time markers (or gives 0) returns
+ * VLA_ERR_UNSUPPORTED, and the core falls back to the host clock. */
+
+static vla_status ocl_timer_start(vla_backend *b) {
+    ocl_ctx *ctx = b->context;
+    if (ctx->timer_ev) clReleaseEvent(ctx->timer_ev);
+    ctx->timer_ev = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &ctx->timer_ev);
+    return err == CL_SUCCESS ? VLA_OK : ocl_fail(b, err, "clEnqueueMarkerWithWaitList", "(vla_backend_timer_start)");
+}
+
+static vla_status ocl_timer_stop(vla_backend *b, double *ms) {
+    ocl_ctx *ctx = b->context;
+    cl_event stop = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &stop);
+    if (err == CL_SUCCESS) err = clWaitForEvents(1, &stop);
+    if (err != CL_SUCCESS) {
+        if (stop) clReleaseEvent(stop);
+        return ocl_fail(b, err, "clEnqueueMarkerWithWaitList/clWaitForEvents", "(vla_backend_timer_stop)");
+    }
+    cl_ulong t0 = 0, t1 = 0;
+    cl_int e0 = ctx->timer_ev ? clGetEventProfilingInfo(ctx->timer_ev, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL)
+                              : CL_INVALID_EVENT;
+    cl_int e1 = clGetEventProfilingInfo(stop, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    clReleaseEvent(stop);
+    if (ctx->timer_ev) clReleaseEvent(ctx->timer_ev);
+    ctx->timer_ev = NULL;
+    if (e0 != CL_SUCCESS || e1 != CL_SUCCESS || t0 == 0 || t1 < t0) return VLA_ERR_UNSUPPORTED;
+    *ms = 1e-6 * (double)(t1 - t0);
+    return VLA_OK;
+}
+
 /* ---- programs and kernels ---- */
 
 static const struct {
@@ -317,6 +351,7 @@ static void ocl_close(vla_backend *b) {
     for (int i = 0; i < OCL_NFAM; i++)
         if (ctx->programs[i]) clReleaseProgram(ctx->programs[i]);
     if (ctx->dummy) clReleaseMemObject(ctx->dummy);
+    if (ctx->timer_ev) clReleaseEvent(ctx->timer_ev);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->context) clReleaseContext(ctx->context);
     free(ctx);
@@ -331,6 +366,8 @@ static const vla_backend_iface ocl_iface = {
     .buffer_host_ptr = NULL,
     .synchronize = ocl_synchronize,
     .set_threads = NULL,
+    .timer_start = ocl_timer_start,
+    .timer_stop = ocl_timer_stop,
     .resolve_algorithm = ocl_resolve,
     .attention_forward = ocl_forward,
     .close = ocl_close,

@@ -73,6 +73,7 @@ typedef struct ocl_ctx {
     int profile;
     double prof_ns[OCL_NK + 1]; /* [OCL_NK]: CLBlast calls */
     long prof_calls[OCL_NK + 1];
+    cl_event timer_ev;             /* vla_backend_timer_start's marker, or NULL */
 } ocl_ctx;
 
 /* The OpenCL error's name ("CL_OUT_OF_RESOURCES"), or "CL error <n>". */

@@ -73,6 +73,12 @@ const char *vla_backend_device(const vla_backend *b);
 const char *vla_backend_message(const vla_backend *b);
 /* Waits until all work queued on the backend is done. */
 vla_status vla_backend_synchronize(vla_backend *b);
+/* Times the work queued on the backend between the two calls by the device's own clock: CUDA
+ * events on CUDA, profiling events of OpenCL markers on OpenCL, CLOCK_MONOTONIC on the CPU (and
+ * wherever the driver cannot time, which *device_clock then says with 0). timer_stop waits for
+ * that work and writes the elapsed milliseconds. device_clock may be NULL. */
+vla_status vla_backend_timer_start(vla_backend *b);
+vla_status vla_backend_timer_stop(vla_backend *b, double *ms, int *device_clock);
 /* CPU backend: number of threads used (0 = OpenMP's default). Others ignore it. */
 vla_status vla_backend_set_threads(vla_backend *b, int threads);
 
