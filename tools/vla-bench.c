@@ -27,6 +27,7 @@
  * be opened or nothing could run; 2 for a bad command line. Every failure prints exactly one
  * line on stderr. */
 #define _POSIX_C_SOURCE 200809L
+#include "cli.h"
 #include "bench_count.h"
 
 #include <vla/vla.h>
@@ -73,14 +74,10 @@ static int fail(int code, const char *fmt, ...)
 #endif
     ;
 static int fail(int code, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    code = cli_vfail("vla-bench", NULL, code, fmt, ap);
     va_end(ap);
-    for (char *p = msg; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-    fprintf(stderr, "vla-bench: %s\n", msg);
     return code;
 }
 

@@ -11,6 +11,7 @@
  * double by tools/probe_math.c. Contract with scripts: on bad input or a failed op the exit
  * status is non-zero and stderr holds exactly one line "vla-probe: ...". */
 #define _POSIX_C_SOURCE 200809L
+#include "cli.h"
 #include "probe_math.h"
 
 #include <vla/vla.h>
@@ -33,15 +34,10 @@ static int fail(int code, const char *fmt, ...)
 #endif
     ;
 static int fail(int code, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    code = cli_vfail("vla-probe", NULL, code, fmt, ap);
     va_end(ap);
-    for (char *p = msg; *p; p++) /* one line whatever a message holds */
-        if (*p == '\n' || *p == '\r') *p = ' ';
-    fflush(stdout);
-    fprintf(stderr, "vla-probe: %s\n", msg);
     return code;
 }
 

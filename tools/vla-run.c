@@ -9,6 +9,7 @@
  * one line "vla-run: <file or flag>: <problem>", and no output file of this run is left
  * behind (outputs are written only after the op succeeded, each atomically). */
 #define _POSIX_C_SOURCE 200809L
+#include "cli.h"
 #include "npy.h"
 
 #include <vla/vla.h>
@@ -34,15 +35,10 @@ static int fail(int code, const char *what, const char *fmt, ...)
 #endif
     ;
 static int fail(int code, const char *what, const char *fmt, ...) {
-    char msg[1200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    code = cli_vfail("vla-run", what, code, fmt, ap);
     va_end(ap);
-    for (char *p = msg; *p; p++) /* keep it one line whatever a message holds */
-        if (*p == '\n' || *p == '\r') *p = ' ';
-    if (what) fprintf(stderr, "vla-run: %s: %s\n", what, msg);
-    else fprintf(stderr, "vla-run: %s\n", msg);
     return code;
 }
 
