@@ -174,9 +174,15 @@ static count count_of(vla_mechanism m, vla_algorithm a, double T, double K, doub
             r.formula = "2*T*(3K^2 + 3KV)  ; 4T(2K+2V) + 4(KV+K^2)";
             break;
         case VLA_ALGO_CHUNKED:
-            r.flop = 2 * nc * (chunk_a_macs(C, K) + chunk_s_macs(C, K, V));
-            r.bytes = io + st;
-            r.formula = "2*n_c*(3CK^2+3C^2K+C^3/6+C^2K/2 + 3CKV+2C^2K+1.5C^2V)  ; 4T(2K+2V) + 4(KV+K^2)";
+            /* The chunk-parallel form (kernels/cuda/vla_chunkpar.cu; R = 0, K <= 64), operations as
+             * executed (full C x C products, not their triangles): Gram C K^2, Gauss-Jordan K^3,
+             * A part 2CK^2 + 3.5C^2K + C^3/6, S factors C^2K + C^2(K+V)/2, carry 2CKV, output
+             * C^2K + CKV + C^2V. Bytes: q k v o, the A^{-1} prefix (double: written twice, read
+             * twice), a_t and W (written, read twice), Y/E (written twice, read twice), the
+             * chunk-start states (written, read). */
+            r.flop = 2 * nc * (3 * C * K * K + K * K * K + 5.5 * C * C * K + C * C * C / 6 + 3 * C * K * V + 2 * C * C * V);
+            r.bytes = io + st + 32 * nc * K * K + 24 * T * K + 16 * T * V + 8 * nc * K * V;
+            r.formula = "2*n_c*(3CK^2+K^3+5.5C^2K+C^3/6+3CKV+2C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 16TV + 8n_cKV";
             break;
         case VLA_ALGO_TWO_LEVEL:
             /* Gram (C K^2 a chunk) + A part + the chunk map on [M|N] (S part at width K+V) +
@@ -469,6 +475,16 @@ static void print_table(void) {
 static shape user_shapes[MAXSHAPES];
 static int n_user_shapes = 0, no_limits = 0;
 
+/* --only: is the row `name` selected? (all when --only is not given) */
+static const char *only = NULL;
+static int selected(const char *name) {
+    if (!only) return 1;
+    const size_t n = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -484,6 +500,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
             n_user_shapes++;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
         } else if (!strcmp(argv[i], "--decode") && i + 1 < argc) {
             if (sscanf(argv[++i], "%d,%d,%d", &dec_B, &dec_H, &dec_d) != 3) {
                 fprintf(stderr, "bench: --decode wants B,H,d\n");
@@ -496,7 +514,9 @@ int main(int argc, char **argv) {
                    "  --json FILE          every row with its raw samples (ms)\n"
                    "  --shape B,H,d,T[,ms] a shape to time instead of the targets' (repeatable)\n"
                    "  --decode B,H,d       the decode step's shape (default 8,16,64)\n"
-                   "  --no-limits          skip the copy and GEMM measurements\n");
+                   "  --no-limits          skip the copy and GEMM measurements\n"
+                   "  --only LIST          comma-separated rows to run, of vla-sequential, vla-scan,\n"
+                   "                       vla-chunked, vla-two-level, softmax, linear, delta, decode\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
@@ -548,20 +568,24 @@ int main(int argc, char **argv) {
             free_inputs(&in);
             continue;
         }
+        static const char *const vnames[] = {"vla-sequential", "vla-scan", "vla-chunked", "vla-two-level"};
         for (int ai = 0; ai < 4; ai++) {
+            if (!selected(vnames[ai])) continue;
             double est = last_T > 0 && last_ms[ai] > 0 ? last_ms[ai] * s->T / last_T : 0;
             run_one(s, &in, VLA_MECH_VLA, valgos[ai], est);
             last_ms[ai] = rows[nrows - 1].ms > 0 ? rows[nrows - 1].ms : (est > 10000 ? est : 0);
         }
-        run_one(s, &in, VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, 0);
-        run_one(s, &in, VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, 0);
-        run_one(s, &in, VLA_MECH_DELTA, VLA_ALGO_CHUNKED, 0);
+        if (selected("softmax")) run_one(s, &in, VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, 0);
+        if (selected("linear")) run_one(s, &in, VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, 0);
+        if (selected("delta")) run_one(s, &in, VLA_MECH_DELTA, VLA_ALGO_CHUNKED, 0);
         last_T = s->T, last_d = s->d;
         free_inputs(&in);
     }
-    run_decode(VLA_MECH_VLA);
-    run_decode(VLA_MECH_DELTA);
-    run_decode(VLA_MECH_LINEAR);
+    if (selected("decode")) {
+        run_decode(VLA_MECH_VLA);
+        run_decode(VLA_MECH_DELTA);
+        run_decode(VLA_MECH_LINEAR);
+    }
 
     print_table();
     if (json_path && (json = fopen(json_path, "w"))) {

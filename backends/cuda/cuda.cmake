@@ -20,6 +20,7 @@ target_sources(vla PRIVATE
   ${PROJECT_SOURCE_DIR}/backends/cuda/cuda_backend.c
   ${_vla_cuda_dir}/vla_launch.cu
   ${_vla_cuda_dir}/vla_engine.cu
+  ${_vla_cuda_dir}/vla_chunkpar.cu
   ${_vla_cuda_dir}/vla_seq.cu
   ${_vla_cuda_dir}/vla_norm.cu
   ${_vla_cuda_dir}/vla_softmax.cu)

@@ -160,6 +160,8 @@ __global__ void __launch_bounds__(VLACU_NT) engine_kernel(const engine_params P)
     /* Carry only where the Gram path does not apply (R > 0, or this head's flag). The whole
      * block returns here, before any barrier. */
     if (mode == M_CARRY && !(a.refresh > 0 || P.flags[bh])) return;
+    /* The chunk-parallel form's fallback: only the heads whose A_in it could not invert. */
+    if (mode == M_CHUNKED && P.flags && !P.flags[bh]) return;
     const int b = bh / H, h = bh % H;
 
     unsigned char *gs = P.spill + (size_t)blockIdx.x * P.plan.gbytes;

@@ -74,6 +74,24 @@ cudaError_t launch_scan_build(const aux_params &p, cudaStream_t st);
 cudaError_t launch_scan_out(const aux_params &p, cudaStream_t st);
 cudaError_t launch_scan_final(const aux_params &p, cudaStream_t st);
 
+/* ---- chunk-parallel VLA (vla_chunkpar.cu): the chunked algorithm when chunkpar_applies ---- */
+struct cp_params {
+    vlacu_args a;
+    int nch;            /* chunks per head (R = 0: chunk j is tokens j*C .. min(j*C + C, T) - 1) */
+    int C;              /* chunk length, <= 64 */
+    double *Md;         /* [BH][nch][DK*DK] chunk Grams, then M_j = A_j^{-1} */
+    const double *Minv; /* [BH][dk*dk] A_in^{-1} (double), or null without A_in */
+    const int *flags;   /* [BH] 1: A_in is not positive definite, the engine does the head; or null */
+    float *Al, *W;      /* [BH][T][DK] a_t rows; W rows */
+    float *Y;           /* [BH][T][dv] Y, then E */
+    float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
+    float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
+};
+bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);
+int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */
+int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev);
+cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st);
+
 /* ---- sequential (vla_seq.cu) ---- */
 struct seq_params {
     vlacu_args a;

@@ -90,6 +90,8 @@ struct layout {
     int tile;
     size_t tile_smem;
     size_t engine_smem_max;
+    bool cp; /* the chunk-parallel form (vla_chunkpar.cu) */
+    size_t cpMd, cpAl, cpW, cpY, cpXst, cpAend;
 };
 
 /* Bump allocation of the workspace, 256-byte aligned. */
@@ -132,7 +134,23 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
         L->nseg = 1;
         L->pl_main = engine_plan(a, M_CHUNKED, L->cmax, a->dv, budget);
         L->engine_smem_max = L->pl_main.smem_bytes;
-        L->spill = w.take(sat_mul(BH, L->pl_main.gbytes));
+        L->cp = chunkpar_applies(*a, *dev);
+        /* chunk-parallel with A_in: the engine still runs the heads whose A_in is not SPD */
+        if (!L->cp || a->A_in) L->spill = w.take(sat_mul(BH, L->pl_main.gbytes));
+        if (L->cp) {
+            const size_t DK = (size_t)chunkpar_dk(*a), nch = (size_t)L->nchunks;
+            L->cpMd = w.take(sat_mul(sat_mul(BH, nch), DK * DK * 8));
+            L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
+            L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
+            L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
+            L->cpXst = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
+            L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
+            if (a->A_in) {
+                L->Minv = w.take(sat_mul(BH, dk * dk * 8));
+                L->dscr = w.take(sat_mul(BH, dk * dk * 8));
+                L->flags = w.take(BH * 4);
+            }
+        }
         break;
     }
     case VLACU_TWO_LEVEL:
@@ -258,7 +276,34 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
     ep.nseg = L.nseg;
     ep.spill = W + L.spill;
 
-    if (a->algo == VLACU_CHUNKED) {
+    if (a->algo == VLACU_CHUNKED && L.cp) {
+        cp_params cpp;
+        memset(&cpp, 0, sizeof cpp);
+        cpp.a = *a;
+        cpp.nch = (int)L.nchunks;
+        cpp.C = L.cmax;
+        cpp.Md = (double *)(W + L.cpMd);
+        cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
+        cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
+        if (a->A_in) { /* A_in^{-1} for the Gram prefix; heads where it fails go to the engine */
+            aux_params ap;
+            memset(&ap, 0, sizeof ap);
+            ap.a = *a;
+            ap.Minv = (double *)(W + L.Minv), ap.dscratch = (double *)(W + L.dscr), ap.flags = (int *)(W + L.flags);
+            TRY(cudaMemsetAsync(ap.flags, 0, (size_t)BH * sizeof(int), st));
+            TRY(launch_ain_inverse(ap, st));
+            cpp.Minv = ap.Minv;
+            cpp.flags = ap.flags;
+        }
+        TRY(launch_chunkpar(cpp, chunkpar_bv(*a, *dev), st));
+        if (a->A_in) {
+            ep.mode = M_CHUNKED;
+            ep.ncols = a->dv;
+            ep.plan = L.pl_main;
+            ep.flags = (int *)(W + L.flags);
+            TRY(launch_engine(ep, BH, st));
+        }
+    } else if (a->algo == VLACU_CHUNKED) {
         ep.mode = M_CHUNKED;
         ep.ncols = a->dv;
         ep.plan = L.pl_main;

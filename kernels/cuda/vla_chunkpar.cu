@@ -1,0 +1,691 @@
+/* Chunk-parallel VLA: the CUDA backend's `chunked` algorithm for R = 0 and dk <= 64.
+ *
+ * VLA-MATH 2.3 carries (A, S) chunk to chunk, so one block per head walks every chunk in turn
+ * and most of the device idles (the engine in vla_engine.cu still does that for R > 0, dk > 64
+ * and chunks longer than 64). Here the carry is taken apart:
+ *   - A: with R = 0, A at the start of chunk j is exactly (A_0^{-1} + sum_{j' < j} U_j'^T U_j')^{-1}
+ *     (VLA-MATH 1 and 2.4), so every chunk's A part (the Woodbury step that yields its a_t) runs at
+ *     once, in its own block, after a prefix sum of per-chunk Grams (double) and one inversion per
+ *     chunk (Gauss-Jordan, double).
+ *   - S: given a_t, the S recurrence is the generalised delta rule. Its per-chunk factors
+ *     W = (I + strict(K Al^T))^{-1} K and Y = (I + strict(K Al^T))^{-1} V come out of the same
+ *     block; only E = Y - W X_j, X_{j+1} = X_j + Al^T E is carried, and the value columns of S are
+ *     independent, so BV columns go to each block of that walk. The outputs then use the stored
+ *     chunk-start states, again one block per chunk: O = Q~ X_j + tril(Q~ Al^T) E.
+ *
+ * Kernels (one-dimensional grids; X = S^T, [dk, dv]):
+ *   cp_gram    [BH x (nch-1)]  U_j^T U_j -> Md slot j+1 (double)
+ *   cp_prefix  [BH x DK^2/256] slot j <- A_0^{-1} + slots 1..j  (slot j is then M_j = A_j^{-1})
+ *   cp_apart   [BH x nch]      A_j = M_j^{-1}; a_t -> Al; W -> W; Y -> Y
+ *   cp_carry   [BH x dv/BV]    X_j -> Xst; E -> Y (in place); S_out, A_out
+ *   cp_output  [BH x nch]      o
+ * DK is dk padded to 32 or 64 with zeros: padded key coordinates stay 0 in every product, and
+ * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
+ * chunk has zero rows past its end (exact: a zero u leaves A alone, a zero key writes nothing).
+ * All products are float32 (FMA); the Gram prefix and the inversion are double, as the
+ * two-level form's (float32 prefix sums drift over long T). */
+#include "vla_kernels.cuh"
+
+namespace vlacu {
+namespace cp {
+
+constexpr int NT = 256; /* threads of every kernel here */
+constexpr int C = 64;   /* rows of a chunk block */
+
+__device__ __forceinline__ int imin(int x, int y) { return x < y ? x : y; }
+
+/* Thread tiling of an M x N block product over NT threads: TX threads along the columns, TY
+ * along the rows; thread (tx, ty) owns rows ty + TY*i (i < RM) and columns tx + TX*j (j < RN).
+ * A warp then reads 2 (or 1) rows of a row-major left operand (broadcast) and TX consecutive
+ * columns of the right one: with odd leading dimensions no access has a bank conflict. */
+template <int M, int N> struct tiling {
+    static constexpr int TX = N >= 16 ? 16 : N;
+    static constexpr int TY = NT / TX;
+    static constexpr int RM = M / TY, RN = N / TX;
+    static_assert(RM >= 1 && RM * TY == M && RN * TX == N, "M and N must tile NT threads");
+    static __device__ __forceinline__ int row(int i) { return (int)threadIdx.x / TX + TY * i; }
+    static __device__ __forceinline__ int col(int j) { return (int)threadIdx.x % TX + TX * j; }
+};
+
+/* acc[i][j] += sum_{p < K} op(A)(row i, p) op(B)(p, col j);
+ * op(A)(r, p) = TA ? A[p*lda + r] : A[r*lda + p];  op(B)(p, c) = TB ? B[c*ldb + p] : B[p*ldb + c]. */
+template <int M, int N, int K, bool TA, bool TB>
+__device__ __forceinline__ void mm(const float *A, int lda, const float *B, int ldb,
+                                   float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
+    typedef tiling<M, N> tl;
+#pragma unroll 4
+    for (int p = 0; p < K; p++) {
+        float x[tl::RM], y[tl::RN];
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++) x[i] = TA ? A[p * lda + tl::row(i)] : A[tl::row(i) * lda + p];
+#pragma unroll
+        for (int j = 0; j < tl::RN; j++) y[j] = TB ? B[tl::col(j) * ldb + p] : B[p * ldb + tl::col(j)];
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int j = 0; j < tl::RN; j++) acc[i][j] = fmaf(x[i], y[j], acc[i][j]);
+    }
+}
+
+template <int M, int N> __device__ __forceinline__ void zero(float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
+#pragma unroll
+    for (int i = 0; i < tiling<M, N>::RM; i++)
+#pragma unroll
+        for (int j = 0; j < tiling<M, N>::RN; j++) acc[i][j] = 0.0f;
+}
+
+/* In-place inverse of the N x N matrix at a (row-major, ld N) by Gauss-Jordan elimination without
+ * pivoting (exact for symmetric positive definite matrices: every pivot is a Schur complement's
+ * diagonal, > 0), ping-ponging between a and b; one barrier per column. Returns the buffer that
+ * holds the inverse. A non-positive or NaN pivot gives non-finite entries, which then show in
+ * every output of the chunk. */
+template <int N> __device__ double *gj_inverse(double *a, double *b) {
+    for (int k = 0; k < N; k++) {
+        const double rp = 1.0 / a[k * N + k];
+        for (int e = threadIdx.x; e < N * N; e += NT) {
+            const int i = e / N, j = e - i * N;
+            const double akj = a[k * N + j], aik = a[i * N + k];
+            double v;
+            if (i == k) v = j == k ? rp : akj * rp;
+            else v = j == k ? -aik * rp : fma(-aik, akj * rp, a[e]);
+            b[e] = v;
+        }
+        __syncthreads();
+        double *t = a;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Cholesky of the symmetric C x C matrix G (ld ldg, both triangles stored) in place: on return
+ * the lower triangle holds L (G = L L^T) and the upper is zero. Right-looking, one barrier per
+ * column: thread (j = tid % C, q = tid / C) keeps G[q + 4m][j] (m < 16) in registers; the owners
+ * of column k+1 publish it to colbuf (two C-float halves, alternating) for the next step.
+ * piv: C floats. Ends with a barrier. */
+__device__ void cholesky64(float *G, int ldg, float *colbuf, float *piv) {
+    static_assert(NT == 4 * C, "one column per 4 threads");
+    const int j = threadIdx.x % C, q = threadIdx.x / C;
+    float g[16];
+#pragma unroll
+    for (int m = 0; m < 16; m++) g[m] = G[(q + 4 * m) * ldg + j];
+    if (j == 0)
+#pragma unroll
+        for (int m = 0; m < 16; m++) colbuf[q + 4 * m] = g[m];
+    __syncthreads();
+    for (int k = 0; k < C; k++) {
+        const float *ck = colbuf + (k & 1) * C;
+        float *cn = colbuf + ((k + 1) & 1) * C;
+        const float pk = ck[k];
+        if (threadIdx.x == 0) piv[k] = pk;
+        if (j > k) {
+            const float f = ck[j] / pk;
+#pragma unroll
+            for (int m = 0; m < 16; m++)
+                if (q + 4 * m > k) g[m] = fmaf(-ck[q + 4 * m], f, g[m]);
+        }
+        if (j == k + 1)
+#pragma unroll
+            for (int m = 0; m < 16; m++) cn[q + 4 * m] = g[m];
+        __syncthreads();
+    }
+    const float rs = 1.0f / sqrtf(piv[j]); /* the pivot of column j: L[j][j] = sqrt(piv) */
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+        const int i = q + 4 * m;
+        G[i * ldg + j] = i >= j ? g[m] * rs : 0.0f;
+    }
+    __syncthreads();
+}
+
+/* x <- L^{-1} x for one column x of C entries in shared memory (x[t * ldx]); L lower (ld ldl),
+ * unit diagonal if UNIT, else rdiag[t] = 1 / L[t][t]. Blocks of 16 rows in registers: the rows
+ * above a block are applied to it first (one shared load of x per 16 FMAs), then the block is
+ * solved in registers. Threads of a warp read the same L entry (a broadcast). */
+template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const float *rdiag, float *x, int ldx) {
+#pragma unroll 1
+    for (int b0 = 0; b0 < C; b0 += 16) {
+        float y[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) y[i] = x[(b0 + i) * ldx];
+#pragma unroll 2
+        for (int r = 0; r < b0; r++) {
+            const float xr = x[r * ldx];
+#pragma unroll
+            for (int i = 0; i < 16; i++) y[i] = fmaf(-L[(b0 + i) * ldl + r], xr, y[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+#pragma unroll
+            for (int r = 0; r < i; r++) y[i] = fmaf(-L[(b0 + i) * ldl + b0 + r], y[r], y[i]);
+            if (!UNIT) y[i] *= rdiag[b0 + i];
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) x[(b0 + i) * ldx] = y[i];
+    }
+}
+
+/* Loads rows ts .. ts+c-1 of one head of a [B, T, H, dk] tensor into dst [C][ld] (zero rows past
+ * c, zero columns past dk), elu+1 applied when elu1. No barrier. */
+template <int DK>
+__device__ __forceinline__ void load_rows(const float *src, const vlacu_args &a, int b, int h, int ts, int c, bool elu1,
+                                          float *dst, int ld) {
+    for (int e = threadIdx.x; e < C * DK; e += NT) {
+        const int t = e / DK, i = e - t * DK;
+        float x = 0.0f;
+        if (t < c && i < a.dk) {
+            x = src[(((size_t)b * a.T + ts + t) * a.H + h) * a.dk + i];
+            if (elu1) x = elu1f(x);
+        }
+        dst[t * ld + i] = x;
+    }
+}
+
+/* Row r of X[C][ld] (DK used columns) <- scale * row / max(||row||, eps); one warp per row. When
+ * dst2 is given the result goes there (ld2) and X is left as it is. No barrier. */
+template <int DK>
+__device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale, float *dst2, int ld2) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < C; r += NT / 32) {
+        float ss = 0.0f;
+        for (int i = lane; i < DK; i += 32) ss += X[r * ld + i] * X[r * ld + i];
+        ss = warp_sum(ss);
+        const float mul = scale / fmaxf(sqrtf(ss), eps);
+        float *d = dst2 ? dst2 + r * ld2 : X + r * ld;
+        for (int i = lane; i < DK; i += 32) d[i] = X[r * ld + i] * mul;
+    }
+}
+
+/* U (the penalty vectors: s_u normalize(u), or s_u k^) and K (k^ = normalize(phi(k))) of a chunk.
+ * Ends with a barrier. */
+template <int DK>
+__device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float *U, float *K, int ld) {
+    const float eps = (float)a.eps, su = (float)a.u_scale;
+    if (K) load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
+    if (a.u) load_rows<DK>(a.u, a, b, h, ts, c, false, U, ld);
+    else if (!K) load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, U, ld);
+    __syncthreads();
+    if (K) norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
+    if (a.u || !K) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
+    __syncthreads();
+    if (K && !a.u) /* U = s_u k^ */
+        for (int e = threadIdx.x; e < C * DK; e += NT) {
+            const int t = e / DK, i = e - t * DK;
+            U[t * ld + i] = su * K[t * ld + i];
+        }
+    __syncthreads();
+}
+
+__device__ __forceinline__ bool head_skipped(const cp_params &P, int bh) { return P.flags && P.flags[bh]; }
+
+/* ---- cp_gram: U_j^T U_j of chunk j (j < nch - 1) into slot j + 1 ---- */
+template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
+    VLACU_DYNSMEM(smem);
+    const vlacu_args &a = P.a;
+    const int per = P.nch - 1, bh = blockIdx.x / per, j = blockIdx.x % per;
+    if (head_skipped(P, bh)) return;
+    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts);
+    const int ld = DK + 1;
+    float *U = (float *)smem; /* [C][ld] */
+    load_uk<DK>(a, b, h, ts, c, U, nullptr, ld);
+    typedef tiling<DK, DK> tl;
+    float acc[tl::RM][tl::RN];
+    zero<DK, DK>(acc);
+    mm<DK, DK, C, true, false>(U, ld, U, ld, acc);
+    double *dst = P.Md + ((size_t)bh * P.nch + j + 1) * DK * DK;
+#pragma unroll
+    for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+        for (int jj = 0; jj < tl::RN; jj++) dst[tl::row(i) * DK + tl::col(jj)] = (double)acc[i][jj];
+}
+
+/* ---- cp_prefix: slot j <- M_0 + slots 1..j, one thread per matrix entry, 16 loads in flight ---- */
+template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
+    const vlacu_args &a = P.a;
+    constexpr int per = DK * DK / NT;
+    const int bh = blockIdx.x / per, e = (blockIdx.x % per) * NT + threadIdx.x;
+    if (head_skipped(P, bh)) return;
+    const int i = e / DK, jj = e - i * DK, dk = a.dk;
+    double acc; /* M_0 = A_0^{-1}: A_in^{-1}, or lambda0 I as the inverse of the float A_0 = I / lambda0 */
+    if (i >= dk || jj >= dk) acc = i == jj ? 1.0 : 0.0;
+    else if (P.Minv) acc = P.Minv[(size_t)bh * dk * dk + i * dk + jj];
+    else acc = i == jj ? 1.0 / (double)(float)(1.0 / a.lambda0) : 0.0;
+    double *s = P.Md + (size_t)bh * P.nch * DK * DK + e;
+    constexpr int U = 16;
+    for (int j0 = 1; j0 < P.nch; j0 += U) {
+        double x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) x[u] = j0 + u < P.nch ? s[(size_t)(j0 + u) * DK * DK] : 0.0;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (j0 + u < P.nch) {
+                acc += x[u];
+                s[(size_t)(j0 + u) * DK * DK] = acc;
+            }
+    }
+}
+
+/* ---- cp_apart: one chunk's A part (VLA-MATH 2.3) and its S factors ---- */
+template <int DK> struct apart_smem {
+    static constexpr int ld = DK + 1, ldc = C + 1;
+    static constexpr size_t mats = (size_t)3 * C * ld + (size_t)C * ldc; /* U, K, UA(->Z), G */
+    static constexpr size_t region1 = mats * 4 > 2 * DK * DK * 8 ? mats * 4 : 2 * DK * DK * 8;
+    static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + 4 * C) * 4;
+};
+
+template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp_params P) {
+    VLACU_DYNSMEM(smem);
+    typedef apart_smem<DK> S;
+    const vlacu_args &a = P.a;
+    const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
+    if (head_skipped(P, bh)) return;
+    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dk = a.dk, dv = a.dv;
+    constexpr int ld = S::ld, ldc = S::ldc;
+    float *U = (float *)smem, *K = U + C * ld, *UA = K + C * ld, *G = UA + C * ld; /* region 1 */
+    float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
+    float *colbuf = Al + C * ld, *piv = colbuf + 2 * C, *rdiag = piv + C;
+
+    /* 1. A at the chunk start */
+    if (j == 0) {
+        const float ainit = (float)(1.0 / a.lambda0);
+        for (int e = threadIdx.x; e < DK * DK; e += NT) {
+            const int i = e / DK, jj = e - i * DK;
+            float x = i == jj ? 1.0f : 0.0f;
+            if (i < dk && jj < dk) x = a.A_in ? a.A_in[(size_t)bh * dk * dk + i * dk + jj] : (i == jj ? ainit : 0.0f);
+            A0[i * ld + jj] = x;
+        }
+    } else {
+        double *m0 = (double *)smem, *m1 = m0 + DK * DK;
+        const double *src = P.Md + ((size_t)bh * P.nch + j) * DK * DK;
+        for (int e = threadIdx.x; e < DK * DK; e += NT) m0[e] = src[e];
+        __syncthreads();
+        const double *inv = gj_inverse<DK>(m0, m1);
+        for (int e = threadIdx.x; e < DK * DK; e += NT) {
+            const int i = e / DK, jj = e - i * DK;
+            A0[i * ld + jj] = (float)inv[e];
+        }
+    }
+    __syncthreads(); /* the inversion's buffers are region 1: done before the rows land there */
+
+    /* 2. U and K */
+    load_uk<DK>(a, b, h, ts, c, U, K, ld);
+
+    /* 3. UA = U A0; Al = K A0 */
+    {
+        typedef tiling<C, DK> tl;
+        float x[tl::RM][tl::RN], y[tl::RM][tl::RN];
+        zero<C, DK>(x);
+        zero<C, DK>(y);
+        mm<C, DK, DK, false, false>(U, ld, A0, ld, x);
+        mm<C, DK, DK, false, false>(K, ld, A0, ld, y);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) {
+                UA[tl::row(i) * ld + tl::col(jj)] = x[i][jj];
+                Al[tl::row(i) * ld + tl::col(jj)] = y[i][jj];
+            }
+    }
+    __syncthreads();
+    /* 4. G = I + UA U^T (symmetric, both triangles) */
+    {
+        typedef tiling<C, C> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, C>(x);
+        mm<C, C, DK, false, true>(UA, ld, U, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++)
+                G[tl::row(i) * ldc + tl::col(jj)] = x[i][jj] + (tl::row(i) == tl::col(jj) ? 1.0f : 0.0f);
+    }
+    __syncthreads();
+    /* 5. G = L L^T */
+    cholesky64(G, ldc, colbuf, piv);
+    for (int t = threadIdx.x; t < C; t += NT) rdiag[t] = 1.0f / G[t * ldc + t];
+    __syncthreads();
+    /* 6. Z = L^{-1} UA, one thread per column, in place */
+    for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
+    __syncthreads();
+    float *Z = UA;
+    /* 7. tril(K Z^T) into G (L is no longer needed) */
+    {
+        typedef tiling<C, C> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, C>(x);
+        mm<C, C, DK, false, true>(K, ld, Z, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) G[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) <= tl::row(i) ? x[i][jj] : 0.0f;
+    }
+    __syncthreads();
+    /* 8. Al = K A0 - tril(K Z^T) Z */
+    {
+        typedef tiling<C, DK> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, DK>(x);
+        mm<C, DK, C, false, false>(G, ldc, Z, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) Al[tl::row(i) * ld + tl::col(jj)] -= x[i][jj];
+    }
+    __syncthreads();
+    /* 9. a_t = normalize(row t); A at the chunk end for A_out (last chunk): A0 - Z^T Z */
+    norm_rows<DK>(Al, ld, (float)a.eps, 1.0f, nullptr, 0);
+    if (j == P.nch - 1 && a.A_out) {
+        typedef tiling<DK, DK> tl;
+        float x[tl::RM][tl::RN];
+        zero<DK, DK>(x);
+        mm<DK, DK, C, true, false>(Z, ld, Z, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) {
+                const int r = tl::row(i), cc = tl::col(jj);
+                if (r < dk && cc < dk) P.Aend[(size_t)bh * dk * dk + r * dk + cc] = A0[r * ld + cc] - x[i][jj];
+            }
+    }
+    __syncthreads();
+    float *Alg = P.Al + ((size_t)bh * a.T + ts) * DK, *Wg = P.W + ((size_t)bh * a.T + ts) * DK;
+    for (int e = threadIdx.x; e < c * DK; e += NT) {
+        const int t = e / DK, i = e - t * DK;
+        Alg[e] = Al[t * ld + i];
+    }
+    /* 10. Lw = strictly_lower(K Al^T) into G */
+    {
+        typedef tiling<C, C> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, C>(x);
+        mm<C, C, DK, false, true>(K, ld, Al, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) G[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) < tl::row(i) ? x[i][jj] : 0.0f;
+    }
+    __syncthreads();
+    /* 11. [W | Y] = (I + Lw)^{-1} [K | V], one thread per column: W in place of K (threads < DK),
+     * Y on DK columns of V at a time, staged in U's place (threads 128 .. 128 + DK - 1). */
+    float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
+    float *Vs = U; /* [C][ld]: U is no longer needed */
+    const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
+    const size_t sv = (size_t)a.H * dv;
+    for (int v0 = 0; v0 < dv; v0 += DK) {
+        const int nv = imin(DK, dv - v0);
+        for (int e = threadIdx.x; e < C * DK; e += NT) {
+            const int t = e / DK, cc = e - t * DK;
+            Vs[t * ld + cc] = t < c && cc < nv ? vsrc[t * sv + v0 + cc] : 0.0f;
+        }
+        __syncthreads();
+        if (v0 == 0 && threadIdx.x < DK) fwd_subst<true>(G, ldc, nullptr, K + threadIdx.x, ld);
+        if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
+        __syncthreads();
+        if (v0 == 0)
+            for (int e = threadIdx.x; e < c * DK; e += NT) {
+                const int t = e / DK, i = e - t * DK;
+                Wg[e] = K[t * ld + i];
+            }
+        for (int e = threadIdx.x; e < c * DK; e += NT) {
+            const int t = e / DK, cc = e - t * DK;
+            if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Vs[t * ld + cc];
+        }
+        __syncthreads();
+    }
+}
+
+/* ---- cp_carry: the S walk over chunks on BV value columns: X_j -> Xst, E -> Y, X += Al^T E ---- */
+template <int DK, int BV> struct carry_smem {
+    static constexpr int ld = DK + 1, ldv = BV + 1;
+    static constexpr size_t bytes = ((size_t)2 * (2 * C * ld + C * ldv) + (size_t)DK * ldv + (size_t)C * ldv) * 4;
+};
+
+template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(const cp_params P) {
+    VLACU_DYNSMEM(smem);
+    typedef carry_smem<DK, BV> S;
+    constexpr int ld = S::ld, ldv = S::ldv;
+    const vlacu_args &a = P.a;
+    const int nvb = (a.dv + BV - 1) / BV, bh = blockIdx.x / nvb, v0 = (blockIdx.x % nvb) * BV;
+    if (head_skipped(P, bh)) return;
+    const int dk = a.dk, dv = a.dv, nv = imin(BV, dv - v0), T = a.T;
+    /* two stages of [W | Al | Y] tiles (the next chunk's are stored while this one's are used) */
+    constexpr int stage = 2 * C * ld + C * ldv;
+    float *const base = (float *)smem;
+#define WB(s) (base + (s) * stage)
+#define AB(s) (base + (s) * stage + C * ld)
+#define YB(s) (base + (s) * stage + 2 * C * ld)
+    float *X = base + 2 * stage, *E = X + DK * ldv;
+    typedef tiling<DK, BV> tx;  /* X [DK][BV] */
+    typedef tiling<C, BV> te;   /* E [C][BV] */
+    constexpr int NW = C * DK / NT, NY = C * BV / NT;
+    float rw[NW], ra[NW], ry[NY];
+
+    /* registers <- chunk jj's W, Al (rows < c) and Y columns v0.. (rows < c, columns < nv) */
+    auto fetch = [&](int jj) {
+        const int ts = jj * P.C, c = imin(P.C, T - ts);
+        const float *w = P.W + ((size_t)bh * T + ts) * DK, *al = P.Al + ((size_t)bh * T + ts) * DK;
+        const float *y = P.Y + ((size_t)bh * T + ts) * dv + v0;
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+            const int e = threadIdx.x + NT * r, t = e / DK;
+            rw[r] = t < c ? w[e] : 0.0f;
+            ra[r] = t < c ? al[e] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < NY; r++) {
+            const int e = threadIdx.x + NT * r, t = e / BV, cc = e - t * BV;
+            ry[r] = t < c && cc < nv ? y[(size_t)t * dv + cc] : 0.0f;
+        }
+    };
+    auto stash = [&](int s) {
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+            const int e = threadIdx.x + NT * r, t = e / DK, i = e - t * DK;
+            WB(s)[t * ld + i] = rw[r];
+            AB(s)[t * ld + i] = ra[r];
+        }
+#pragma unroll
+        for (int r = 0; r < NY; r++) {
+            const int e = threadIdx.x + NT * r, t = e / BV, cc = e - t * BV;
+            YB(s)[t * ldv + cc] = ry[r];
+        }
+    };
+
+    /* X_0 = S_in^T columns v0.. (zero rows past dk, columns past nv); each thread its own entries */
+    float xs[tx::RM][tx::RN];
+#pragma unroll
+    for (int i = 0; i < tx::RM; i++)
+#pragma unroll
+        for (int jj = 0; jj < tx::RN; jj++) {
+            const int r = tx::row(i), cc = tx::col(jj);
+            xs[i][jj] = (a.S_in && r < dk && cc < nv) ? a.S_in[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] : 0.0f;
+            X[r * ldv + cc] = xs[i][jj];
+        }
+    fetch(0);
+    stash(0);
+    __syncthreads();
+    for (int j = 0; j < P.nch; j++) {
+        const int s = j & 1, ts = j * P.C, c = imin(P.C, T - ts);
+        float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
+#pragma unroll
+        for (int i = 0; i < tx::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tx::RN; jj++)
+                if (tx::col(jj) < nv) xst[(size_t)tx::row(i) * dv + tx::col(jj)] = xs[i][jj];
+        if (j + 1 < P.nch) fetch(j + 1);
+        /* E = Y - W X */
+        float ev[te::RM][te::RN];
+        zero<C, BV>(ev);
+        mm<C, BV, DK, false, false>(WB(s), ld, X, ldv, ev);
+        float *eg = P.Y + ((size_t)bh * T + ts) * dv + v0;
+#pragma unroll
+        for (int i = 0; i < te::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < te::RN; jj++) {
+                const int t = te::row(i), cc = te::col(jj);
+                const float x = YB(s)[t * ldv + cc] - ev[i][jj];
+                E[t * ldv + cc] = x;
+                if (t < c && cc < nv) eg[(size_t)t * dv + cc] = x;
+            }
+        __syncthreads();
+        /* X += Al^T E */
+        mm<DK, BV, C, true, false>(AB(s), ld, E, ldv, xs);
+#pragma unroll
+        for (int i = 0; i < tx::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tx::RN; jj++) X[tx::row(i) * ldv + tx::col(jj)] = xs[i][jj];
+        if (j + 1 < P.nch) stash(s ^ 1);
+        __syncthreads();
+    }
+    if (a.S_out)
+#pragma unroll
+        for (int i = 0; i < tx::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tx::RN; jj++) {
+                const int r = tx::row(i), cc = tx::col(jj);
+                if (r < dk && cc < nv) a.S_out[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] = xs[i][jj];
+            }
+    if (a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
+        for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
+#undef WB
+#undef AB
+#undef YB
+}
+
+/* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) E, VT output columns at a time ---- */
+template <int DK, int VT> struct output_smem {
+    static constexpr int ld = DK + 1, ldc = C + 1, ldv = VT + 1;
+    static constexpr size_t bytes = ((size_t)2 * C * ld + (size_t)C * ldc + (size_t)DK * ldv + (size_t)C * ldv) * 4;
+};
+
+template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(const cp_params P) {
+    VLACU_DYNSMEM(smem);
+    typedef output_smem<DK, VT> S;
+    constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
+    const vlacu_args &a = P.a;
+    const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
+    if (head_skipped(P, bh)) return;
+    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv, T = a.T;
+    float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *X = Pm + C * ldc, *E = X + DK * ldv;
+    load_rows<DK>(a.q, a, b, h, ts, c, a.elu1 != 0, Q, ld);
+    const float *alg = P.Al + ((size_t)bh * T + ts) * DK;
+    for (int e = threadIdx.x; e < C * DK; e += NT) {
+        const int t = e / DK, i = e - t * DK;
+        Al[t * ld + i] = t < c ? alg[e] : 0.0f;
+    }
+    __syncthreads();
+    {
+        typedef tiling<C, C> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, C>(x);
+        mm<C, C, DK, false, true>(Q, ld, Al, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) Pm[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) <= tl::row(i) ? x[i][jj] : 0.0f;
+    }
+    const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
+    const float *eg = P.Y + ((size_t)bh * T + ts) * dv;
+    float *og = a.o + (((size_t)b * T + ts) * a.H + h) * dv;
+    const size_t so = (size_t)a.H * dv;
+    for (int v0 = 0; v0 < dv; v0 += VT) {
+        const int nv = imin(VT, dv - v0);
+        for (int e = threadIdx.x; e < DK * VT; e += NT) {
+            const int i = e / VT, cc = e - i * VT;
+            X[i * ldv + cc] = cc < nv ? xst[(size_t)i * dv + v0 + cc] : 0.0f;
+        }
+        for (int e = threadIdx.x; e < C * VT; e += NT) {
+            const int t = e / VT, cc = e - t * VT;
+            E[t * ldv + cc] = t < c && cc < nv ? eg[(size_t)t * dv + v0 + cc] : 0.0f;
+        }
+        __syncthreads();
+        typedef tiling<C, VT> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, VT>(x);
+        mm<C, VT, DK, false, false>(Q, ld, X, ldv, x);
+        mm<C, VT, C, false, false>(Pm, ldc, E, ldv, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) {
+                const int t = tl::row(i), cc = tl::col(jj);
+                if (t < c && cc < nv) og[(size_t)t * so + v0 + cc] = x[i][jj];
+            }
+        __syncthreads();
+    }
+}
+
+/* ---- host side ---- */
+
+static std::atomic<size_t> smem_set[10][64]; /* per kernel instance and device */
+
+static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
+    return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
+}
+
+template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
+    const unsigned BH = (unsigned)(P.a.B * P.a.H), nch = (unsigned)P.nch;
+    const int slot = DK == 32 ? 0 : 5;
+    cudaError_t e;
+    typedef void (*kfn)(const cp_params);
+    if (nch > 1) {
+        const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
+        VLACU_LAUNCH(kg, BH * (nch - 1), NT, (size_t)C * (DK + 1) * 4, st, P);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        VLACU_LAUNCH(kp, BH * (DK * DK / NT), NT, 0, st, P);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    const kfn ka = apart_kernel<DK>;
+    if ((e = raise(slot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
+    VLACU_LAUNCH(ka, BH * nch, NT, apart_smem<DK>::bytes, st, P);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
+    const kfn kc = bv == 8 ? carry_kernel<DK, 8> : carry_kernel<DK, 16>;
+    const size_t sc = bv == 8 ? carry_smem<DK, 8>::bytes : carry_smem<DK, 16>::bytes;
+    if ((e = raise(slot + (bv == 8 ? 1 : 2), kc, sc)) != cudaSuccess) return e;
+    VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, P);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32> : output_kernel<DK, 64>;
+    const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
+    if ((e = raise(slot + (P.a.dv <= 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
+    VLACU_LAUNCH(ko, BH * nch, NT, so, st, P);
+    return cudaGetLastError();
+}
+
+} // namespace cp
+
+int chunkpar_dk(const vlacu_args &a) { return a.dk <= 32 ? 32 : 64; }
+
+static size_t chunkpar_max_smem(const vlacu_args &a) {
+    size_t m = 0;
+    if (chunkpar_dk(a) == 32) {
+        m = cp::apart_smem<32>::bytes;
+        if (cp::carry_smem<32, 16>::bytes > m) m = cp::carry_smem<32, 16>::bytes;
+        if (cp::output_smem<32, 64>::bytes > m) m = cp::output_smem<32, 64>::bytes;
+    } else {
+        m = cp::apart_smem<64>::bytes;
+        if (cp::carry_smem<64, 16>::bytes > m) m = cp::carry_smem<64, 16>::bytes;
+        if (cp::output_smem<64, 64>::bytes > m) m = cp::output_smem<64, 64>::bytes;
+    }
+    return m;
+}
+
+/* R = 0 (the Gram prefix gives A exactly), dk <= 64, chunks of at most 64 tokens, and the
+ * kernels' shared memory fits the device (a T4's 64 KiB a block: dk <= 32 only). */
+bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev) {
+    return a.mech == VLACU_VLA && a.algo == VLACU_CHUNKED && a.refresh == 0 && a.dk <= 64 && a.chunk <= cp::C &&
+           a.chunk >= 1 && chunkpar_max_smem(a) <= dev.smem_optin;
+}
+
+int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
+    /* 16 value columns a block, or 8 when that would leave the walk fewer than two blocks per
+     * multiprocessor: the walk is the sequential part, and narrower blocks step faster. */
+    const long long heads = (long long)a.B * a.H, blocks16 = heads * ((a.dv + 15) / 16);
+    return blocks16 >= 2LL * (dev.sm_count > 0 ? dev.sm_count : 1) ? 16 : 8;
+}
+
+cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st) {
+    return chunkpar_dk(p.a) == 32 ? cp::run<32>(p, bv, st) : cp::run<64>(p, bv, st);
+}
+
+} // namespace vlacu
