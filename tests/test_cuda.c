@@ -469,6 +469,8 @@ static const long_case long_cases[] = {
     {16384, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1},   {16384, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1},
     {131072, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1}, {131072, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1},
     {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1},
+    /* dk = 64 on the chunk-parallel form: one chunk a block, and segments of 4 chunks (H200) */
+    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1},
 };
 
 START_TEST(test_long) {

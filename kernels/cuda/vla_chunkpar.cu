@@ -26,6 +26,9 @@
  * two-level form's (float32 prefix sums drift over long T). */
 #include "vla_kernels.cuh"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 namespace vlacu {
 namespace cp {
 
@@ -48,23 +51,47 @@ template <int M, int N> struct tiling {
 };
 
 /* acc[i][j] += sum_{p < K} op(A)(row i, p) op(B)(p, col j);
- * op(A)(r, p) = TA ? A[p*lda + r] : A[r*lda + p];  op(B)(p, c) = TB ? B[c*ldb + p] : B[p*ldb + c]. */
+ * op(A)(r, p) = TA ? A[p*lda + r] : A[r*lda + p];  op(B)(p, c) = TB ? B[c*ldb + p] : B[p*ldb + c].
+ * With fewer than 4 outputs a thread, KS interleaved partial sums keep several FMAs (and their
+ * shared loads) in flight instead of one dependent chain. */
 template <int M, int N, int K, bool TA, bool TB>
 __device__ __forceinline__ void mm(const float *A, int lda, const float *B, int ldb,
                                    float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
     typedef tiling<M, N> tl;
-#pragma unroll 4
-    for (int p = 0; p < K; p++) {
-        float x[tl::RM], y[tl::RN];
+    constexpr int KS = tl::RM * tl::RN >= 4 ? 1 : 4 / (tl::RM * tl::RN);
+    static_assert(K % KS == 0, "K must split");
+    float part[KS][tl::RM][tl::RN];
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++) x[i] = TA ? A[p * lda + tl::row(i)] : A[tl::row(i) * lda + p];
-#pragma unroll
-        for (int j = 0; j < tl::RN; j++) y[j] = TB ? B[tl::col(j) * ldb + p] : B[p * ldb + tl::col(j)];
+    for (int s = 0; s < KS; s++)
 #pragma unroll
         for (int i = 0; i < tl::RM; i++)
 #pragma unroll
-            for (int j = 0; j < tl::RN; j++) acc[i][j] = fmaf(x[i], y[j], acc[i][j]);
+            for (int j = 0; j < tl::RN; j++) part[s][i][j] = s == 0 ? acc[i][j] : 0.0f;
+#pragma unroll 2
+    for (int p0 = 0; p0 < K; p0 += KS) {
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            const int p = p0 + s;
+            float x[tl::RM], y[tl::RN];
+#pragma unroll
+            for (int i = 0; i < tl::RM; i++) x[i] = TA ? A[p * lda + tl::row(i)] : A[tl::row(i) * lda + p];
+#pragma unroll
+            for (int j = 0; j < tl::RN; j++) y[j] = TB ? B[tl::col(j) * ldb + p] : B[p * ldb + tl::col(j)];
+#pragma unroll
+            for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+                for (int j = 0; j < tl::RN; j++) part[s][i][j] = fmaf(x[i], y[j], part[s][i][j]);
+        }
     }
+#pragma unroll
+    for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+        for (int j = 0; j < tl::RN; j++) {
+            float t = part[0][i][j];
+#pragma unroll
+            for (int s = 1; s < KS; s++) t += part[s][i][j];
+            acc[i][j] = t;
+        }
 }
 
 template <int M, int N> __device__ __forceinline__ void zero(float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
@@ -98,42 +125,58 @@ template <int N> __device__ double *gj_inverse(double *a, double *b) {
     return a;
 }
 
-/* Cholesky of the symmetric C x C matrix G (ld ldg, both triangles stored) in place: on return
- * the lower triangle holds L (G = L L^T) and the upper is zero. Right-looking, one barrier per
- * column: thread (j = tid % C, q = tid / C) keeps G[q + 4m][j] (m < 16) in registers; the owners
- * of column k+1 publish it to colbuf (two C-float halves, alternating) for the next step.
- * piv: C floats. Ends with a barrier. */
-__device__ void cholesky64(float *G, int ldg, float *colbuf, float *piv) {
-    static_assert(NT == 4 * C, "one column per 4 threads");
-    const int j = threadIdx.x % C, q = threadIdx.x / C;
-    float g[16];
+/* Cholesky of the symmetric C x C matrix G (ld ldg; the lower triangle is read) in place: on
+ * return the lower triangle holds L (G = L L^T) and the upper is zero. Blocked by panels of 16
+ * columns, two barriers a panel: warp 0 factors the panel (lane l keeps rows k0 + l and
+ * k0 + l + 32 of it in registers; pivots and L entries travel by shuffles), then every thread
+ * takes the panel's rank-16 update off the trailing lower triangle. Ends with a barrier. */
+__device__ void cholesky64(float *G, int ldg) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int k0 = 0; k0 < C; k0 += 16) {
+        if (warp == 0) {
+            const int r0 = k0 + lane, r1 = r0 + 32;
+            const bool v0 = r0 < C, v1 = r1 < C;
+            float x0[16], x1[16];
 #pragma unroll
-    for (int m = 0; m < 16; m++) g[m] = G[(q + 4 * m) * ldg + j];
-    if (j == 0)
+            for (int p = 0; p < 16; p++) {
+                x0[p] = v0 ? G[r0 * ldg + k0 + p] : 0.0f;
+                x1[p] = v1 ? G[r1 * ldg + k0 + p] : 0.0f;
+            }
 #pragma unroll
-        for (int m = 0; m < 16; m++) colbuf[q + 4 * m] = g[m];
-    __syncthreads();
-    for (int k = 0; k < C; k++) {
-        const float *ck = colbuf + (k & 1) * C;
-        float *cn = colbuf + ((k + 1) & 1) * C;
-        const float pk = ck[k];
-        if (threadIdx.x == 0) piv[k] = pk;
-        if (j > k) {
-            const float f = ck[j] / pk;
+            for (int jj = 0; jj < 16; jj++) {
+                const float piv = __shfl_sync(0xffffffffu, x0[jj], jj); /* G[k0+jj][k0+jj], updated */
+                const float d = sqrtf(piv), rd = 1.0f / d;
+                x0[jj] = lane > jj ? x0[jj] * rd : (lane == jj ? d : x0[jj]);
+                x1[jj] *= rd;
 #pragma unroll
-            for (int m = 0; m < 16; m++)
-                if (q + 4 * m > k) g[m] = fmaf(-ck[q + 4 * m], f, g[m]);
+                for (int p = jj + 1; p < 16; p++) {
+                    const float lpj = __shfl_sync(0xffffffffu, x0[jj], p); /* L[k0+p][k0+jj] */
+                    if (lane > jj) x0[p] = fmaf(-x0[jj], lpj, x0[p]);
+                    x1[p] = fmaf(-x1[jj], lpj, x1[p]);
+                }
+            }
+#pragma unroll
+            for (int p = 0; p < 16; p++) {
+                if (v0) G[r0 * ldg + k0 + p] = r0 >= k0 + p ? x0[p] : 0.0f;
+                if (v1) G[r1 * ldg + k0 + p] = x1[p];
+            }
         }
-        if (j == k + 1)
+        __syncthreads();
+        const int m0 = k0 + 16, m = C - m0;
+        for (int e = threadIdx.x; e < m * m; e += NT) {
+            const int i = m0 + e / m, j = m0 + e % m;
+            if (j <= i) {
+                float acc = G[i * ldg + j];
 #pragma unroll
-            for (int m = 0; m < 16; m++) cn[q + 4 * m] = g[m];
+                for (int p = 0; p < 16; p++) acc = fmaf(-G[i * ldg + k0 + p], G[j * ldg + k0 + p], acc);
+                G[i * ldg + j] = acc;
+            }
+        }
         __syncthreads();
     }
-    const float rs = 1.0f / sqrtf(piv[j]); /* the pivot of column j: L[j][j] = sqrt(piv) */
-#pragma unroll
-    for (int m = 0; m < 16; m++) {
-        const int i = q + 4 * m;
-        G[i * ldg + j] = i >= j ? g[m] * rs : 0.0f;
+    for (int e = threadIdx.x; e < C * C; e += NT) {
+        const int i = e / C, j = e - i * C;
+        if (j > i) G[i * ldg + j] = 0.0f;
     }
     __syncthreads();
 }
@@ -216,30 +259,44 @@ __device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float 
     __syncthreads();
 }
 
+/* Development: clock64() at phase boundaries of block P.prof_block's thread 0 (VLA_CUDA_KERNEL_TIMES). */
+#ifdef VLA_CUDA_EMU
+#define PROF(n) ((void)0)
+#else
+#define PROF(n)                                                                                                        \
+    do {                                                                                                               \
+        if (P.prof && blockIdx.x == (unsigned)P.prof_block && threadIdx.x == 0) P.prof[n] = clock64();                 \
+    } while (0)
+#endif
+
 __device__ __forceinline__ bool head_skipped(const cp_params &P, int bh) { return P.flags && P.flags[bh]; }
 
-/* ---- cp_gram: U_j^T U_j of chunk j (j < nch - 1) into slot j + 1 ---- */
+/* ---- cp_gram: the Gram sum U^T U of segment g's chunks (g < nseg - 1) into slot g + 1 ---- */
 template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
-    const int per = P.nch - 1, bh = blockIdx.x / per, j = blockIdx.x % per;
+    const int per = P.nseg - 1, bh = blockIdx.x / per, g = blockIdx.x % per;
     if (head_skipped(P, bh)) return;
-    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts);
+    const int b = bh / a.H, h = bh % a.H, j1 = imin((g + 1) * P.seg, P.nch);
     const int ld = DK + 1;
     float *U = (float *)smem; /* [C][ld] */
-    load_uk<DK>(a, b, h, ts, c, U, nullptr, ld);
     typedef tiling<DK, DK> tl;
     float acc[tl::RM][tl::RN];
     zero<DK, DK>(acc);
-    mm<DK, DK, C, true, false>(U, ld, U, ld, acc);
-    double *dst = P.Md + ((size_t)bh * P.nch + j + 1) * DK * DK;
+    for (int j = g * P.seg; j < j1; j++) {
+        const int ts = j * P.C, c = imin(P.C, a.T - ts);
+        load_uk<DK>(a, b, h, ts, c, U, nullptr, ld);
+        mm<DK, DK, C, true, false>(U, ld, U, ld, acc);
+        __syncthreads(); /* U is read before the next chunk's rows land */
+    }
+    double *dst = P.Md + ((size_t)bh * P.nseg + g + 1) * DK * DK;
 #pragma unroll
     for (int i = 0; i < tl::RM; i++)
 #pragma unroll
         for (int jj = 0; jj < tl::RN; jj++) dst[tl::row(i) * DK + tl::col(jj)] = (double)acc[i][jj];
 }
 
-/* ---- cp_prefix: slot j <- M_0 + slots 1..j, one thread per matrix entry, 16 loads in flight ---- */
+/* ---- cp_prefix: slot g <- M_0 + slots 1..g, one thread per matrix entry, 16 loads in flight ---- */
 template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
     const vlacu_args &a = P.a;
     constexpr int per = DK * DK / NT;
@@ -250,15 +307,15 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
     if (i >= dk || jj >= dk) acc = i == jj ? 1.0 : 0.0;
     else if (P.Minv) acc = P.Minv[(size_t)bh * dk * dk + i * dk + jj];
     else acc = i == jj ? 1.0 / (double)(float)(1.0 / a.lambda0) : 0.0;
-    double *s = P.Md + (size_t)bh * P.nch * DK * DK + e;
+    double *s = P.Md + (size_t)bh * P.nseg * DK * DK + e;
     constexpr int U = 16;
-    for (int j0 = 1; j0 < P.nch; j0 += U) {
+    for (int j0 = 1; j0 < P.nseg; j0 += U) {
         double x[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) x[u] = j0 + u < P.nch ? s[(size_t)(j0 + u) * DK * DK] : 0.0;
+        for (int u = 0; u < U; u++) x[u] = j0 + u < P.nseg ? s[(size_t)(j0 + u) * DK * DK] : 0.0;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u < P.nch) {
+            if (j0 + u < P.nseg) {
                 acc += x[u];
                 s[(size_t)(j0 + u) * DK * DK] = acc;
             }
@@ -277,16 +334,18 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     VLACU_DYNSMEM(smem);
     typedef apart_smem<DK> S;
     const vlacu_args &a = P.a;
-    const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
+    const int bh = blockIdx.x / P.nseg, g = blockIdx.x % P.nseg;
     if (head_skipped(P, bh)) return;
-    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dk = a.dk, dv = a.dv;
+    const int b = bh / a.H, h = bh % a.H, j0 = g * P.seg, j1 = imin(j0 + P.seg, P.nch), dk = a.dk, dv = a.dv;
     constexpr int ld = S::ld, ldc = S::ldc;
+    bool first = true;
+    PROF(0);
     float *U = (float *)smem, *K = U + C * ld, *UA = K + C * ld, *G = UA + C * ld; /* region 1 */
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
     float *colbuf = Al + C * ld, *piv = colbuf + 2 * C, *rdiag = piv + C;
 
-    /* 1. A at the chunk start */
-    if (j == 0) {
+    /* 1. A at the segment start: A_0, or the inverse of M (the Gram prefix) */
+    if (g == 0) {
         const float ainit = (float)(1.0 / a.lambda0);
         for (int e = threadIdx.x; e < DK * DK; e += NT) {
             const int i = e / DK, jj = e - i * DK;
@@ -296,7 +355,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
         }
     } else {
         double *m0 = (double *)smem, *m1 = m0 + DK * DK;
-        const double *src = P.Md + ((size_t)bh * P.nch + j) * DK * DK;
+        const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
         for (int e = threadIdx.x; e < DK * DK; e += NT) m0[e] = src[e];
         __syncthreads();
         const double *inv = gj_inverse<DK>(m0, m1);
@@ -306,10 +365,14 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
         }
     }
     __syncthreads(); /* the inversion's buffers are region 1: done before the rows land there */
+    PROF(1);
 
+    for (int j = j0; j < j1; j++, first = false) {
+    const int ts = j * P.C, c = imin(P.C, a.T - ts);
     /* 2. U and K */
     load_uk<DK>(a, b, h, ts, c, U, K, ld);
 
+    if (first) PROF(2);
     /* 3. UA = U A0; Al = K A0 */
     {
         typedef tiling<C, DK> tl;
@@ -327,6 +390,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             }
     }
     __syncthreads();
+    if (first) PROF(3);
     /* 4. G = I + UA U^T (symmetric, both triangles) */
     {
         typedef tiling<C, C> tl;
@@ -340,13 +404,16 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
                 G[tl::row(i) * ldc + tl::col(jj)] = x[i][jj] + (tl::row(i) == tl::col(jj) ? 1.0f : 0.0f);
     }
     __syncthreads();
+    if (first) PROF(4);
     /* 5. G = L L^T */
-    cholesky64(G, ldc, colbuf, piv);
+    cholesky64(G, ldc);
     for (int t = threadIdx.x; t < C; t += NT) rdiag[t] = 1.0f / G[t * ldc + t];
     __syncthreads();
+    if (first) PROF(5);
     /* 6. Z = L^{-1} UA, one thread per column, in place */
     for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
     __syncthreads();
+    if (first) PROF(6);
     float *Z = UA;
     /* 7. tril(K Z^T) into G (L is no longer needed) */
     {
@@ -360,6 +427,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             for (int jj = 0; jj < tl::RN; jj++) G[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) <= tl::row(i) ? x[i][jj] : 0.0f;
     }
     __syncthreads();
+    if (first) PROF(7);
     /* 8. Al = K A0 - tril(K Z^T) Z */
     {
         typedef tiling<C, DK> tl;
@@ -372,9 +440,10 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             for (int jj = 0; jj < tl::RN; jj++) Al[tl::row(i) * ld + tl::col(jj)] -= x[i][jj];
     }
     __syncthreads();
+    if (first) PROF(8);
     /* 9. a_t = normalize(row t); A at the chunk end for A_out (last chunk): A0 - Z^T Z */
     norm_rows<DK>(Al, ld, (float)a.eps, 1.0f, nullptr, 0);
-    if (j == P.nch - 1 && a.A_out) {
+    if (j + 1 < j1 || (j == P.nch - 1 && a.A_out)) { /* A at the chunk end: the next chunk's A0 */
         typedef tiling<DK, DK> tl;
         float x[tl::RM][tl::RN];
         zero<DK, DK>(x);
@@ -384,10 +453,13 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
 #pragma unroll
             for (int jj = 0; jj < tl::RN; jj++) {
                 const int r = tl::row(i), cc = tl::col(jj);
-                if (r < dk && cc < dk) P.Aend[(size_t)bh * dk * dk + r * dk + cc] = A0[r * ld + cc] - x[i][jj];
+                const float y = A0[r * ld + cc] - x[i][jj];
+                A0[r * ld + cc] = y;
+                if (j == P.nch - 1 && r < dk && cc < dk) P.Aend[(size_t)bh * dk * dk + r * dk + cc] = y;
             }
     }
     __syncthreads();
+    if (first) PROF(9);
     float *Alg = P.Al + ((size_t)bh * a.T + ts) * DK, *Wg = P.W + ((size_t)bh * a.T + ts) * DK;
     for (int e = threadIdx.x; e < c * DK; e += NT) {
         const int t = e / DK, i = e - t * DK;
@@ -405,6 +477,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             for (int jj = 0; jj < tl::RN; jj++) G[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) < tl::row(i) ? x[i][jj] : 0.0f;
     }
     __syncthreads();
+    if (first) PROF(10);
     /* 11. [W | Y] = (I + Lw)^{-1} [K | V], one thread per column: W in place of K (threads < DK),
      * Y on DK columns of V at a time, staged in U's place (threads 128 .. 128 + DK - 1). */
     float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
@@ -431,6 +504,8 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Vs[t * ld + cc];
         }
         __syncthreads();
+    }
+    if (first) PROF(11);
     }
 }
 
@@ -504,8 +579,10 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(con
     fetch(0);
     stash(0);
     __syncthreads();
+    PROF(12);
     for (int j = 0; j < P.nch; j++) {
         const int s = j & 1, ts = j * P.C, c = imin(P.C, T - ts);
+        if (j == 1) PROF(14);
         float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
 #pragma unroll
         for (int i = 0; i < tx::RM; i++)
@@ -528,6 +605,7 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(con
                 if (t < c && cc < nv) eg[(size_t)t * dv + cc] = x;
             }
         __syncthreads();
+        if (j == 1) PROF(15);
         /* X += Al^T E */
         mm<DK, BV, C, true, false>(AB(s), ld, E, ldv, xs);
 #pragma unroll
@@ -536,7 +614,9 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(con
             for (int jj = 0; jj < tx::RN; jj++) X[tx::row(i) * ldv + tx::col(jj)] = xs[i][jj];
         if (j + 1 < P.nch) stash(s ^ 1);
         __syncthreads();
+        if (j == 1) PROF(16);
     }
+    PROF(13);
     if (a.S_out)
 #pragma unroll
         for (int i = 0; i < tx::RM; i++)
@@ -623,32 +703,90 @@ static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) 
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
 }
 
+/* VLA_CUDA_KERNEL_TIMES=1 (development): each kernel of a call timed with events on the stream,
+ * printed to stderr after the call (which then synchronises). */
+struct ktimer {
+    bool on;
+    cudaEvent_t ev[6];
+    int n;
+    const char *name[6];
+    void start(cudaStream_t st) {
+        const char *e = getenv("VLA_CUDA_KERNEL_TIMES");
+        on = e && e[0] == '1';
+        n = 0;
+        if (on) mark("start", st);
+    }
+    void mark(const char *what, cudaStream_t st) {
+        if (!on || n >= 6) return;
+        cudaEventCreate(&ev[n]);
+        cudaEventRecord(ev[n], st);
+        name[n++] = what;
+    }
+    long long *prof = nullptr;
+    void finish(const vlacu_args &a) {
+        if (!on) return;
+        cudaEventSynchronize(ev[n - 1]);
+        if (prof) {
+            long long h[32];
+            cudaMemcpy(h, prof, sizeof h, cudaMemcpyDeviceToHost);
+            fprintf(stderr, "apart block cycles:");
+            for (int i = 1; i <= 11; i++) fprintf(stderr, " %d:%lld", i, h[i] - h[i - 1]);
+            fprintf(stderr, "\ncarry cycles: all steps %lld, step 1: E %lld, X %lld\n", h[13] - h[12], h[15] - h[14], h[16] - h[15]);
+            cudaFree(prof);
+        }
+        fprintf(stderr, "chunkpar B=%d T=%d H=%d dk=%d dv=%d:", a.B, a.T, a.H, a.dk, a.dv);
+        for (int i = 1; i < n; i++) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, ev[i - 1], ev[i]);
+            fprintf(stderr, " %s %.1f us", name[i], 1e3 * ms);
+        }
+        fprintf(stderr, "\n");
+        for (int i = 0; i < n; i++) cudaEventDestroy(ev[i]);
+    }
+};
+
 template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned BH = (unsigned)(P.a.B * P.a.H), nch = (unsigned)P.nch;
     const int slot = DK == 32 ? 0 : 5;
     cudaError_t e;
+    ktimer kt;
+    kt.start(st);
+    cp_params Pp = P;
+    if (kt.on && cudaMalloc((void **)&kt.prof, 32 * sizeof(long long)) == cudaSuccess) {
+        cudaMemset(kt.prof, 0, 32 * sizeof(long long));
+        Pp.prof = kt.prof;
+        Pp.prof_block = P.nseg > 1 ? 1 : 0;
+    }
+    const cp_params &PP = Pp;
     typedef void (*kfn)(const cp_params);
-    if (nch > 1) {
+    const unsigned nseg = (unsigned)P.nseg;
+    if (nseg > 1) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
-        VLACU_LAUNCH(kg, BH * (nch - 1), NT, (size_t)C * (DK + 1) * 4, st, P);
+        VLACU_LAUNCH(kg, BH * (nseg - 1), NT, (size_t)C * (DK + 1) * 4, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        VLACU_LAUNCH(kp, BH * (DK * DK / NT), NT, 0, st, P);
+        kt.mark("gram", st);
+        VLACU_LAUNCH(kp, BH * (DK * DK / NT), NT, 0, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        kt.mark("prefix", st);
     }
     const kfn ka = apart_kernel<DK>;
     if ((e = raise(slot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
-    VLACU_LAUNCH(ka, BH * nch, NT, apart_smem<DK>::bytes, st, P);
+    VLACU_LAUNCH(ka, BH * nseg, NT, apart_smem<DK>::bytes, st, PP);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    kt.mark("apart", st);
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
     const kfn kc = bv == 8 ? carry_kernel<DK, 8> : carry_kernel<DK, 16>;
     const size_t sc = bv == 8 ? carry_smem<DK, 8>::bytes : carry_smem<DK, 16>::bytes;
     if ((e = raise(slot + (bv == 8 ? 1 : 2), kc, sc)) != cudaSuccess) return e;
-    VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, P);
+    VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, PP);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    kt.mark("carry", st);
     const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32> : output_kernel<DK, 64>;
     const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
     if ((e = raise(slot + (P.a.dv <= 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
-    VLACU_LAUNCH(ko, BH * nch, NT, so, st, P);
+    VLACU_LAUNCH(ko, BH * nch, NT, so, st, PP);
+    kt.mark("output", st);
+    kt.finish(P.a);
     return cudaGetLastError();
 }
 
@@ -682,6 +820,24 @@ int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
      * multiprocessor: the walk is the sequential part, and narrower blocks step faster. */
     const long long heads = (long long)a.B * a.H, blocks16 = heads * ((a.dv + 15) / 16);
     return blocks16 >= 2LL * (dev.sm_count > 0 ? dev.sm_count : 1) ? 16 : 8;
+}
+
+/* Chunks per segment of the A part. A segment is one block: it inverts M once, then carries A
+ * over its chunks (A_end = A0 - Z^T Z), so longer segments do fewer inversions (each costs about
+ * r chunks' worth of the rest) but expose less parallelism. Picks the S (a power of two) that
+ * minimises waves x (S + r), two blocks a multiprocessor (their shared memory and registers). */
+int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
+    const double r = chunkpar_dk(a) == 64 ? 1.5 : 0.4;
+    const long long heads = (long long)a.B * a.H, slots = 2LL * (dev.sm_count > 0 ? dev.sm_count : 1);
+    int best = 1;
+    double best_cost = 0;
+    for (int S = 1;; S *= 2) {
+        const long long blocks = heads * ((nch + S - 1) / S);
+        const double cost = (double)((blocks + slots - 1) / slots) * (S + r);
+        if (S == 1 || cost < best_cost) best = S, best_cost = cost;
+        if (S >= nch) break;
+    }
+    return best;
 }
 
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st) {

@@ -79,17 +79,21 @@ struct cp_params {
     vlacu_args a;
     int nch;            /* chunks per head (R = 0: chunk j is tokens j*C .. min(j*C + C, T) - 1) */
     int C;              /* chunk length, <= 64 */
-    double *Md;         /* [BH][nch][DK*DK] chunk Grams, then M_j = A_j^{-1} */
+    int seg, nseg;      /* chunks a segment (one block of the A part), segments per head */
+    double *Md;         /* [BH][nseg][DK*DK] segment Grams, then M_g = (A at segment g's start)^{-1} */
     const double *Minv; /* [BH][dk*dk] A_in^{-1} (double), or null without A_in */
     const int *flags;   /* [BH] 1: A_in is not positive definite, the engine does the head; or null */
     float *Al, *W;      /* [BH][T][DK] a_t rows; W rows */
     float *Y;           /* [BH][T][dv] Y, then E */
     float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
     float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
+    long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
+    int prof_block;
 };
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);
 int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev);
+int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch);
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st);
 
 /* ---- sequential (vla_seq.cu) ---- */

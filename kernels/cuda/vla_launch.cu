@@ -139,7 +139,9 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
         if (!L->cp || a->A_in) L->spill = w.take(sat_mul(BH, L->pl_main.gbytes));
         if (L->cp) {
             const size_t DK = (size_t)chunkpar_dk(*a), nch = (size_t)L->nchunks;
-            L->cpMd = w.take(sat_mul(sat_mul(BH, nch), DK * DK * 8));
+            L->seg = chunkpar_seg(*a, *dev, (int)L->nchunks);
+            L->nseg = (int)((L->nchunks + L->seg - 1) / L->seg);
+            L->cpMd = w.take(sat_mul(sat_mul(BH, (size_t)L->nseg), DK * DK * 8));
             L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
@@ -282,6 +284,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.a = *a;
         cpp.nch = (int)L.nchunks;
         cpp.C = L.cmax;
+        cpp.seg = L.seg, cpp.nseg = L.nseg;
         cpp.Md = (double *)(W + L.cpMd);
         cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
         cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
