@@ -102,11 +102,11 @@ static vla_status cuda_synchronize(vla_backend *b) {
 
 /* ---- algorithm choice ---- */
 
-/* AUTO: the recurrence for short pieces (decoding: one launch); the chunked form when the heads
- * fill at least half the multiprocessors (one block per head); the two-level form when they do
- * not and the sequence is long enough to split (R = 0: its A part is then parallel over the
- * sequence; it does about three times the chunked form's work, so it pays only where the
- * chunked form would leave most of the device idle). */
+/* AUTO: the recurrence for short pieces (decoding: one launch). VLA: the chunked form wherever
+ * the chunk-parallel kernels apply (R = 0, dk <= 64): the fastest VLA algorithm at every target
+ * shape on the H200 (benchmarks/results/2026-11-30-h200-chunkpar/). Otherwise (and for linear
+ * and delta) the chunked form when the heads fill at least half the multiprocessors (one block
+ * per head); the two-level form when they do not and the sequence is long enough to split. */
 static vla_status cuda_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out) {
     if (d->algorithm != VLA_ALGO_AUTO) {
         *out = d->algorithm;
@@ -121,6 +121,7 @@ static vla_status cuda_resolve(vla_backend *b, const vla_attn_desc *d, const vla
     case VLA_MECH_VLA: {
         const long long nchunks = (long long)vlacu_count_chunks(a->T, d->chunk, d->refresh, a->t0);
         if (a->T <= 16) *out = VLA_ALGO_SEQUENTIAL;
+        else if (vlacu_chunkpar_ok(a->dk, a->dv, d->chunk, d->refresh, &c->info)) *out = VLA_ALGO_CHUNKED;
         else if (d->refresh == 0 && 2 * heads <= c->info.sm_count && nchunks >= 4) *out = VLA_ALGO_TWO_LEVEL;
         else *out = VLA_ALGO_CHUNKED;
         break;

@@ -28,6 +28,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 namespace vlacu {
 namespace cp {
@@ -697,7 +698,7 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
 
 /* ---- host side ---- */
 
-static std::atomic<size_t> smem_set[10][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[12][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -747,7 +748,7 @@ struct ktimer {
 
 template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned BH = (unsigned)(P.a.B * P.a.H), nch = (unsigned)P.nch;
-    const int slot = DK == 32 ? 0 : 5;
+    const int slot = DK == 32 ? 0 : 6;
     cudaError_t e;
     ktimer kt;
     kt.start(st);
@@ -775,9 +776,9 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("apart", st);
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
-    const kfn kc = bv == 8 ? carry_kernel<DK, 8> : carry_kernel<DK, 16>;
-    const size_t sc = bv == 8 ? carry_smem<DK, 8>::bytes : carry_smem<DK, 16>::bytes;
-    if ((e = raise(slot + (bv == 8 ? 1 : 2), kc, sc)) != cudaSuccess) return e;
+    const kfn kc = bv == 8 ? carry_kernel<DK, 8> : bv == 16 ? carry_kernel<DK, 16> : carry_kernel<DK, 32>;
+    const size_t sc = bv == 8 ? carry_smem<DK, 8>::bytes : bv == 16 ? carry_smem<DK, 16>::bytes : carry_smem<DK, 32>::bytes;
+    if ((e = raise(slot + (bv == 8 ? 1 : bv == 16 ? 2 : 5), kc, sc)) != cudaSuccess) return e;
     VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, PP);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("carry", st);
@@ -798,7 +799,7 @@ static size_t chunkpar_max_smem(const vlacu_args &a) {
     size_t m = 0;
     if (chunkpar_dk(a) == 32) {
         m = cp::apart_smem<32>::bytes;
-        if (cp::carry_smem<32, 16>::bytes > m) m = cp::carry_smem<32, 16>::bytes;
+        if (cp::carry_smem<32, 16>::bytes > m) m = cp::carry_smem<32, 16>::bytes; /* 32 columns: where it fits */
         if (cp::output_smem<32, 64>::bytes > m) m = cp::output_smem<32, 64>::bytes;
     } else {
         m = cp::apart_smem<64>::bytes;
@@ -816,10 +817,20 @@ bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev) {
 }
 
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
-    /* 16 value columns a block, or 8 when that would leave the walk fewer than two blocks per
-     * multiprocessor: the walk is the sequential part, and narrower blocks step faster. */
-    const long long heads = (long long)a.B * a.H, blocks16 = heads * ((a.dv + 15) / 16);
-    return blocks16 >= 2LL * (dev.sm_count > 0 ? dev.sm_count : 1) ? 16 : 8;
+    /* Value columns a block of the S walk: 32 when that still gives every multiprocessor a block
+     * (fewer shared loads per FMA), else 16 when that gives two, else 8: the walk is the
+     * sequential part, and narrower blocks step faster. */
+    const long long heads = (long long)a.B * a.H, sms = dev.sm_count > 0 ? dev.sm_count : 1;
+    const size_t b32 = chunkpar_dk(a) == 32 ? cp::carry_smem<32, 32>::bytes : cp::carry_smem<64, 32>::bytes;
+    if (heads * ((a.dv + 31) / 32) >= sms && a.dv > 16 && b32 <= dev.smem_optin) return 32;
+    return heads * ((a.dv + 15) / 16) >= 2 * sms ? 16 : 8;
+}
+
+extern "C" int vlacu_chunkpar_ok(int dk, int dv, int chunk, int refresh, const vlacu_device *dev) {
+    vlacu_args a;
+    memset(&a, 0, sizeof a);
+    a.mech = VLACU_VLA, a.algo = VLACU_CHUNKED, a.dk = dk, a.dv = dv, a.chunk = chunk, a.refresh = refresh;
+    return chunkpar_applies(a, *dev) ? 1 : 0;
 }
 
 /* Chunks per segment of the A part. A segment is one block: it inverts M once, then carries A

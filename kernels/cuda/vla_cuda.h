@@ -56,6 +56,10 @@ int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace,
 int64_t vlacu_count_chunks(int T, int C, int R, int64_t t0);
 void vlacu_chunk_bounds(int64_t k, int T, int C, int R, int64_t t0, int *ts, int *te);
 
+/* 1 when the chunked algorithm runs on the chunk-parallel kernels (vla_chunkpar.cu) for these
+ * parameters on this device: VLA with R = 0, dk <= 64, chunk <= 64, and shared memory that fits. */
+int vlacu_chunkpar_ok(int dk, int dv, int chunk, int refresh, const vlacu_device *dev);
+
 /* Two-level: chunks per segment the backend picks for this shape (when segment_chunks = 0). */
 int vlacu_pick_segment(const vlacu_args *a, const vlacu_device *dev, int64_t nchunks);
 
