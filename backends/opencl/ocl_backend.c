@@ -253,6 +253,7 @@ static const struct {
     [OCL_K_SCAN_OUT] = {"scan_out", OCL_FAM_VLA},
     [OCL_K_CHUNK_MAP] = {"chunk_map", OCL_FAM_VLA},
     [OCL_K_SEG_COMPOSE] = {"seg_compose", OCL_FAM_VLA},
+    [OCL_K_SOFTMAX_ROWS] = {"softmax_rows", OCL_FAM_SOFTMAX},
 };
 
 static const char *const family_file[OCL_NFAM] = {

@@ -37,6 +37,7 @@ typedef enum ocl_kernel_id {
     OCL_K_SCAN_OUT,
     OCL_K_CHUNK_MAP,
     OCL_K_SEG_COMPOSE,
+    OCL_K_SOFTMAX_ROWS,
     OCL_NK
 } ocl_kernel_id;
 

@@ -19,6 +19,7 @@
  * kernel (the tests run both paths).  */
 #include "ocl_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,7 +105,7 @@ static void a_flt(launch *l, float v) { arg(l, sizeof v, &v); }
 const char *const ocl_kernel_names[OCL_NK + 1] = {
     "prep", "norm_out", "init_a_real", "store_a_real", "init_a_f32", "affine_level", "affine_apply",
     "softmax_fused", "gdr_sequential", "gdr_chunk_prep", "gdr_chunk_run", "vla_sequential", "vla_a_chunked",
-    "scan_maps", "scan_out", "chunk_map", "seg_compose", "CLBlast sgemm",
+    "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "CLBlast sgemm",
 };
 
 /* Enqueues `groups` work-groups of wg items. */
@@ -196,6 +197,7 @@ static int needs(const vla_attn_desc *d, ocl_kernel_id *ids) {
     const int vla = d->mechanism == VLA_MECH_VLA;
     if (d->mechanism == VLA_MECH_SOFTMAX) {
         ids[n++] = OCL_K_SOFTMAX;
+        ids[n++] = OCL_K_SOFTMAX_ROWS;
         return n;
     }
     ids[n++] = OCL_K_PREP;
@@ -361,6 +363,19 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         TRY(ocl_kernel(b, ids[i], &k));
     }
 
+    if (d->mechanism == VLA_MECH_SOFTMAX && !ctx->is_gpu) {
+        /* Not a GPU: one work-item per query row (softmax.cl says why). */
+        const size_t wg = wg_of(b, OCL_K_SOFTMAX_ROWS, 64, &s);
+        TRY(s);
+        const size_t nrows = mul(BH, T);
+        if (nrows > INT_MAX)
+            return vla_fail(b, VLA_ERR_UNSUPPORTED,
+                            "vla_attention_forward: softmax with B*H*T = %zu rows: at most %d on OpenCL", nrows, INT_MAX);
+        launch l = start(b, OCL_K_SOFTMAX_ROWS);
+        a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->v)), a_mem(&l, MEM(a->o)), a_int(&l, T),
+            a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_flt(&l, (float)d->scale), a_int(&l, (int)nrows);
+        return run(&l, (nrows + wg - 1) / wg, wg);
+    }
     if (d->mechanism == VLA_MECH_SOFTMAX) {
         /* 16 query rows x 8 lanes; 8 rows when d is large, so the query tile and the accumulators
          * ([rows, dk] + [rows, dv] floats) leave room for a key tile. */

@@ -13,10 +13,12 @@
  * The same recurrence as the CPU backend's query_tile; P V runs over the causal keys only, so a
  * NaN in a future value does not reach earlier outputs (0 * NaN is NaN).
  *
- * Known problem: PoCL 5.0 (Ubuntu 24.04's pocl-opencl-icd) returns wrong outputs for this kernel
- * (all softmax cases of vla-check), in every variant tried: state in private or local memory,
- * fmax or comparisons, with or without the NaN check, each work-group method. PoCL 3.1 (Debian 12,
- * our CI) and NVIDIA's OpenCL (H200) pass every case. Unresolved. */
+ * Used on GPUs only. PoCL 5.0 (Ubuntu 24.04's pocl-opencl-icd) returns wrong outputs for this
+ * kernel (all softmax cases of vla-check, errors of ~1 or inf), in every variant tried: state in
+ * private or local memory, fmax or comparisons, with or without the NaN check, each work-group
+ * method (cbs, loopvec), and the outputs change with the number of compute units (one: the
+ * 64-item cases pass, the 128-item ones fail); PoCL 3.1 (Debian 12, our CI) and NVIDIA's OpenCL
+ * (H200) pass every case. The cause is not found; CPU devices run softmax_rows below instead. */
 
 #define SM_NC 8 /* work-items per query row */
 
@@ -100,4 +102,37 @@ __kernel void softmax_fused(__global const float *q, __global const float *k, __
         __global float *oi = o + vla_bthd(b, i, h, 0, T, H, dv);
         for (int col = lane; col < dv; col += SM_NC) oi[col] = ar[col] * inv;
     }
+}
+
+/* One work-item per query row, for devices that are not GPUs: the same online softmax in private
+ * memory, no local memory and no barriers (a CPU runs rows as work-items well, and PoCL 5.0
+ * computes this one correctly where it gets softmax_fused wrong). acc: dv <= 256 floats. A NaN
+ * score makes the whole row NaN; future keys and values are never read. */
+__kernel void softmax_rows(__global const float *q, __global const float *k, __global const float *v,
+                           __global float *o, int T, int H, int dk, int dv, float scale, int nrows) {
+    const int gid = get_global_id(0);
+    if (gid >= nrows) return;
+    const int bh = gid / T, i = gid - bh * T, b = bh / H, h = bh % H;
+    __global const float *qi = q + vla_bthd(b, i, h, 0, T, H, dk);
+    float acc[256];
+    for (int c = 0; c < dv; c++) acc[c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    int isn = 0;
+    for (int j = 0; j <= i; j++) {
+        __global const float *kj = k + vla_bthd(b, j, h, 0, T, H, dk);
+        __global const float *vj = v + vla_bthd(b, j, h, 0, T, H, dv);
+        float s = 0.0f;
+        for (int p = 0; p < dk; p++) s += qi[p] * kj[p];
+        s *= scale;
+        isn |= isnan(s) ? 1 : 0;
+        const float mn = fmax(m, s);
+        const float corr = j == 0 ? 0.0f : exp(m - mn); /* the first key: nothing to rescale */
+        const float pj = exp(s - mn);
+        l = l * corr + pj;
+        for (int c = 0; c < dv; c++) acc[c] = acc[c] * corr + pj * vj[c];
+        m = mn;
+    }
+    __global float *oi = o + vla_bthd(b, i, h, 0, T, H, dv);
+    const float inv = 1.0f / l;
+    for (int c = 0; c < dv; c++) oi[c] = isn ? NAN : acc[c] * inv;
 }
