@@ -5,20 +5,23 @@
  * and chunks longer than 64). Here the carry is taken apart:
  *   - A: with R = 0, A at the start of chunk j is exactly (A_0^{-1} + sum_{j' < j} U_j'^T U_j')^{-1}
  *     (VLA-MATH 1 and 2.4), so every chunk's A part (the Woodbury step that yields its a_t) runs at
- *     once, in its own block, after a prefix sum of per-chunk Grams (double) and one inversion per
- *     chunk (Gauss-Jordan, double).
+ *     once, after a prefix sum of Grams (double) and one inversion (Gauss-Jordan, double) per
+ *     segment of chunks; a segment's block carries A over its chunks (A_end = A0 - Z^T Z).
  *   - S: given a_t, the S recurrence is the generalised delta rule. Its per-chunk factors
  *     W = (I + strict(K Al^T))^{-1} K and Y = (I + strict(K Al^T))^{-1} V come out of the same
- *     block; only E = Y - W X_j, X_{j+1} = X_j + Al^T E is carried, and the value columns of S are
- *     independent, so BV columns go to each block of that walk. The outputs then use the stored
- *     chunk-start states, again one block per chunk: O = Q~ X_j + tril(Q~ Al^T) E.
+ *     block, and with them the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W,
+ *     Q = Al^T Y. Only X_{j+1} = P_j X_j + Q_j is walked chunk to chunk (one small product a
+ *     step), and the value columns are independent, so BV columns go to each block of the walk.
+ *     The outputs then use the stored chunk-start states, one block per chunk:
+ *     O = Q~ X_j + tril(Q~ Al^T)(Y - W X_j).
  *
- * Kernels (one-dimensional grids; X = S^T, [dk, dv]):
- *   cp_gram    [BH x (nch-1)]  U_j^T U_j -> Md slot j+1 (double)
- *   cp_prefix  [BH x DK^2/256] slot j <- A_0^{-1} + slots 1..j  (slot j is then M_j = A_j^{-1})
- *   cp_apart   [BH x nch]      A_j = M_j^{-1}; a_t -> Al; W -> W; Y -> Y
- *   cp_carry   [BH x dv/BV]    X_j -> Xst; E -> Y (in place); S_out, A_out
- *   cp_output  [BH x nch]      o
+ * Kernels (one-dimensional grids):
+ *   cp_gram    [BH x (nseg-1)]   U^T U over segment g's chunks -> Md slot g+1 (double)
+ *   cp_prefix  [BH x DK^2/256]   slot g <- A_0^{-1} + slots 1..g  (then M_g = A_g^{-1})
+ *   cp_apart   [BH x nseg]       A at the segment start = M_g^{-1}, carried over its chunks; per
+ *                                chunk a_t -> Al, W, Y, and the map P, Q
+ *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out
+ *   cp_output  [BH x nch]        o
  * DK is dk padded to 32 or 64 with zeros: padded key coordinates stay 0 in every product, and
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
  * chunk has zero rows past its end (exact: a zero u leaves A alone, a zero key writes nothing).
@@ -504,66 +507,81 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             const int t = e / DK, cc = e - t * DK;
             if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Vs[t * ld + cc];
         }
+        /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
+        {
+            typedef tiling<DK, DK> tl;
+            float x[tl::RM][tl::RN];
+            if (v0 == 0) {
+                zero<DK, DK>(x);
+                mm<DK, DK, C, true, false>(Al, ld, K, ld, x);
+                float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
+#pragma unroll
+                for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+                    for (int jj = 0; jj < tl::RN; jj++)
+                        pg[tl::row(i) * DK + tl::col(jj)] = (tl::row(i) == tl::col(jj) ? 1.0f : 0.0f) - x[i][jj];
+            }
+            zero<DK, DK>(x);
+            mm<DK, DK, C, true, false>(Al, ld, Vs, ld, x);
+            float *qg = P.Qm + ((size_t)bh * P.nch + j) * DK * dv + v0;
+#pragma unroll
+            for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+                for (int jj = 0; jj < tl::RN; jj++)
+                    if (tl::col(jj) < nv) qg[(size_t)tl::row(i) * dv + tl::col(jj)] = x[i][jj];
+        }
         __syncthreads();
     }
     if (first) PROF(11);
     }
 }
 
-/* ---- cp_carry: the S walk over chunks on BV value columns: X_j -> Xst, E -> Y, X += Al^T E ---- */
-template <int DK, int BV> struct carry_smem {
+/* ---- cp_walk: the S walk over chunks on BV value columns: X_j -> Xst, X_{j+1} = P_j X_j + Q_j ---- */
+template <int DK, int BV> struct walk_smem {
     static constexpr int ld = DK + 1, ldv = BV + 1;
-    static constexpr size_t bytes = ((size_t)2 * (2 * C * ld + C * ldv) + (size_t)DK * ldv + (size_t)C * ldv) * 4;
+    /* two stages of [P | Q] tiles and of X */
+    static constexpr size_t bytes = (size_t)2 * ((size_t)DK * ld + 2 * (size_t)DK * ldv) * 4;
 };
 
-template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(const cp_params P) {
+template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
-    typedef carry_smem<DK, BV> S;
+    typedef walk_smem<DK, BV> S;
     constexpr int ld = S::ld, ldv = S::ldv;
     const vlacu_args &a = P.a;
     const int nvb = (a.dv + BV - 1) / BV, bh = blockIdx.x / nvb, v0 = (blockIdx.x % nvb) * BV;
     if (head_skipped(P, bh)) return;
-    const int dk = a.dk, dv = a.dv, nv = imin(BV, dv - v0), T = a.T;
-    /* two stages of [W | Al | Y] tiles (the next chunk's are stored while this one's are used) */
-    constexpr int stage = 2 * C * ld + C * ldv;
+    const int dk = a.dk, dv = a.dv, nv = imin(BV, dv - v0);
+    constexpr int stage = DK * ld + 2 * DK * ldv;
     float *const base = (float *)smem;
-#define WB(s) (base + (s) * stage)
-#define AB(s) (base + (s) * stage + C * ld)
-#define YB(s) (base + (s) * stage + 2 * C * ld)
-    float *X = base + 2 * stage, *E = X + DK * ldv;
-    typedef tiling<DK, BV> tx;  /* X [DK][BV] */
-    typedef tiling<C, BV> te;   /* E [C][BV] */
-    constexpr int NW = C * DK / NT, NY = C * BV / NT;
-    float rw[NW], ra[NW], ry[NY];
+#define PB(s) (base + (s) * stage)
+#define QB(s) (base + (s) * stage + DK * ld)
+#define XB(s) (base + (s) * stage + DK * ld + DK * ldv)
+    typedef tiling<DK, BV> tx; /* X, Q [DK][BV] */
+    constexpr int NP = DK * DK / NT, NQ = DK * BV / NT;
+    float rp[NP], rq[NQ];
 
-    /* registers <- chunk jj's W, Al (rows < c) and Y columns v0.. (rows < c, columns < nv) */
+    /* registers <- chunk jj's P and Q columns v0.. (columns < nv) */
     auto fetch = [&](int jj) {
-        const int ts = jj * P.C, c = imin(P.C, T - ts);
-        const float *w = P.W + ((size_t)bh * T + ts) * DK, *al = P.Al + ((size_t)bh * T + ts) * DK;
-        const float *y = P.Y + ((size_t)bh * T + ts) * dv + v0;
+        const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
+        const float *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
 #pragma unroll
-        for (int r = 0; r < NW; r++) {
-            const int e = threadIdx.x + NT * r, t = e / DK;
-            rw[r] = t < c ? w[e] : 0.0f;
-            ra[r] = t < c ? al[e] : 0.0f;
-        }
+        for (int r = 0; r < NP; r++) rp[r] = pg[threadIdx.x + NT * r];
 #pragma unroll
-        for (int r = 0; r < NY; r++) {
-            const int e = threadIdx.x + NT * r, t = e / BV, cc = e - t * BV;
-            ry[r] = t < c && cc < nv ? y[(size_t)t * dv + cc] : 0.0f;
+        for (int r = 0; r < NQ; r++) {
+            const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+            rq[r] = cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
         }
     };
     auto stash = [&](int s) {
 #pragma unroll
-        for (int r = 0; r < NW; r++) {
-            const int e = threadIdx.x + NT * r, t = e / DK, i = e - t * DK;
-            WB(s)[t * ld + i] = rw[r];
-            AB(s)[t * ld + i] = ra[r];
+        for (int r = 0; r < NP; r++) {
+            const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
+            PB(s)[i * ld + k] = rp[r];
         }
 #pragma unroll
-        for (int r = 0; r < NY; r++) {
-            const int e = threadIdx.x + NT * r, t = e / BV, cc = e - t * BV;
-            YB(s)[t * ldv + cc] = ry[r];
+        for (int r = 0; r < NQ; r++) {
+            const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+            QB(s)[i * ldv + cc] = rq[r];
         }
     };
 
@@ -575,14 +593,14 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(con
         for (int jj = 0; jj < tx::RN; jj++) {
             const int r = tx::row(i), cc = tx::col(jj);
             xs[i][jj] = (a.S_in && r < dk && cc < nv) ? a.S_in[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] : 0.0f;
-            X[r * ldv + cc] = xs[i][jj];
+            XB(0)[r * ldv + cc] = xs[i][jj];
         }
     fetch(0);
     stash(0);
     __syncthreads();
     PROF(12);
     for (int j = 0; j < P.nch; j++) {
-        const int s = j & 1, ts = j * P.C, c = imin(P.C, T - ts);
+        const int s = j & 1;
         if (j == 1) PROF(14);
         float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
 #pragma unroll
@@ -591,31 +609,19 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(con
             for (int jj = 0; jj < tx::RN; jj++)
                 if (tx::col(jj) < nv) xst[(size_t)tx::row(i) * dv + tx::col(jj)] = xs[i][jj];
         if (j + 1 < P.nch) fetch(j + 1);
-        /* E = Y - W X */
-        float ev[te::RM][te::RN];
-        zero<C, BV>(ev);
-        mm<C, BV, DK, false, false>(WB(s), ld, X, ldv, ev);
-        float *eg = P.Y + ((size_t)bh * T + ts) * dv + v0;
-#pragma unroll
-        for (int i = 0; i < te::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < te::RN; jj++) {
-                const int t = te::row(i), cc = te::col(jj);
-                const float x = YB(s)[t * ldv + cc] - ev[i][jj];
-                E[t * ldv + cc] = x;
-                if (t < c && cc < nv) eg[(size_t)t * dv + cc] = x;
-            }
-        __syncthreads();
-        if (j == 1) PROF(15);
-        /* X += Al^T E */
-        mm<DK, BV, C, true, false>(AB(s), ld, E, ldv, xs);
+        /* X <- P X + Q */
 #pragma unroll
         for (int i = 0; i < tx::RM; i++)
 #pragma unroll
-            for (int jj = 0; jj < tx::RN; jj++) X[tx::row(i) * ldv + tx::col(jj)] = xs[i][jj];
+            for (int jj = 0; jj < tx::RN; jj++) xs[i][jj] = QB(s)[tx::row(i) * ldv + tx::col(jj)];
+        mm<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
+#pragma unroll
+        for (int i = 0; i < tx::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tx::RN; jj++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(jj)] = xs[i][jj];
         if (j + 1 < P.nch) stash(s ^ 1);
         __syncthreads();
-        if (j == 1) PROF(16);
+        if (j == 1) PROF(15);
     }
     PROF(13);
     if (a.S_out)
@@ -628,12 +634,13 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) carry_kernel(con
             }
     if (a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
         for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
-#undef WB
-#undef AB
-#undef YB
+#undef PB
+#undef QB
+#undef XB
 }
 
-/* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) E, VT output columns at a time ---- */
+/* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) (Y - W X_j) = (Q~ - Pm W) X_j + Pm Y, Pm = tril(Q~ Al^T),
+ * VT output columns at a time ---- */
 template <int DK, int VT> struct output_smem {
     static constexpr int ld = DK + 1, ldc = C + 1, ldv = VT + 1;
     static constexpr size_t bytes = ((size_t)2 * C * ld + (size_t)C * ldc + (size_t)DK * ldv + (size_t)C * ldv) * 4;
@@ -647,9 +654,9 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
     const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
     if (head_skipped(P, bh)) return;
     const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv, T = a.T;
-    float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *X = Pm + C * ldc, *E = X + DK * ldv;
+    float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *X = Pm + C * ldc, *Yt = X + DK * ldv;
     load_rows<DK>(a.q, a, b, h, ts, c, a.elu1 != 0, Q, ld);
-    const float *alg = P.Al + ((size_t)bh * T + ts) * DK;
+    const float *alg = P.Al + ((size_t)bh * T + ts) * DK, *wg = P.W + ((size_t)bh * T + ts) * DK;
     for (int e = threadIdx.x; e < C * DK; e += NT) {
         const int t = e / DK, i = e - t * DK;
         Al[t * ld + i] = t < c ? alg[e] : 0.0f;
@@ -665,8 +672,25 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
 #pragma unroll
             for (int jj = 0; jj < tl::RN; jj++) Pm[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) <= tl::row(i) ? x[i][jj] : 0.0f;
     }
+    __syncthreads();
+    float *W = Al; /* Al is no longer needed */
+    for (int e = threadIdx.x; e < C * DK; e += NT) {
+        const int t = e / DK, i = e - t * DK;
+        W[t * ld + i] = t < c ? wg[e] : 0.0f;
+    }
+    __syncthreads();
+    {   /* Q <- Q - Pm W: each thread its own entries of Q (no one else reads Q here) */
+        typedef tiling<C, DK> tl;
+        float x[tl::RM][tl::RN];
+        zero<C, DK>(x);
+        mm<C, DK, C, false, false>(Pm, ldc, W, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tl::RN; jj++) Q[tl::row(i) * ld + tl::col(jj)] -= x[i][jj];
+    }
     const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
-    const float *eg = P.Y + ((size_t)bh * T + ts) * dv;
+    const float *yg = P.Y + ((size_t)bh * T + ts) * dv;
     float *og = a.o + (((size_t)b * T + ts) * a.H + h) * dv;
     const size_t so = (size_t)a.H * dv;
     for (int v0 = 0; v0 < dv; v0 += VT) {
@@ -677,14 +701,14 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
         }
         for (int e = threadIdx.x; e < C * VT; e += NT) {
             const int t = e / VT, cc = e - t * VT;
-            E[t * ldv + cc] = t < c && cc < nv ? eg[(size_t)t * dv + v0 + cc] : 0.0f;
+            Yt[t * ldv + cc] = t < c && cc < nv ? yg[(size_t)t * dv + v0 + cc] : 0.0f;
         }
         __syncthreads();
         typedef tiling<C, VT> tl;
         float x[tl::RM][tl::RN];
         zero<C, VT>(x);
         mm<C, VT, DK, false, false>(Q, ld, X, ldv, x);
-        mm<C, VT, C, false, false>(Pm, ldc, E, ldv, x);
+        mm<C, VT, C, false, false>(Pm, ldc, Yt, ldv, x);
 #pragma unroll
         for (int i = 0; i < tl::RM; i++)
 #pragma unroll
@@ -732,7 +756,7 @@ struct ktimer {
             cudaMemcpy(h, prof, sizeof h, cudaMemcpyDeviceToHost);
             fprintf(stderr, "apart block cycles:");
             for (int i = 1; i <= 11; i++) fprintf(stderr, " %d:%lld", i, h[i] - h[i - 1]);
-            fprintf(stderr, "\ncarry cycles: all steps %lld, step 1: E %lld, X %lld\n", h[13] - h[12], h[15] - h[14], h[16] - h[15]);
+            fprintf(stderr, "\nwalk cycles: all steps %lld, step 1 %lld\n", h[13] - h[12], h[15] - h[14]);
             cudaFree(prof);
         }
         fprintf(stderr, "chunkpar B=%d T=%d H=%d dk=%d dv=%d:", a.B, a.T, a.H, a.dk, a.dv);
@@ -776,12 +800,12 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("apart", st);
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
-    const kfn kc = bv == 8 ? carry_kernel<DK, 8> : bv == 16 ? carry_kernel<DK, 16> : carry_kernel<DK, 32>;
-    const size_t sc = bv == 8 ? carry_smem<DK, 8>::bytes : bv == 16 ? carry_smem<DK, 16>::bytes : carry_smem<DK, 32>::bytes;
+    const kfn kc = bv == 8 ? walk_kernel<DK, 8> : bv == 16 ? walk_kernel<DK, 16> : walk_kernel<DK, 32>;
+    const size_t sc = bv == 8 ? walk_smem<DK, 8>::bytes : bv == 16 ? walk_smem<DK, 16>::bytes : walk_smem<DK, 32>::bytes;
     if ((e = raise(slot + (bv == 8 ? 1 : bv == 16 ? 2 : 5), kc, sc)) != cudaSuccess) return e;
     VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, PP);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    kt.mark("carry", st);
+    kt.mark("walk", st);
     const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32> : output_kernel<DK, 64>;
     const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
     if ((e = raise(slot + (P.a.dv <= 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
@@ -799,11 +823,11 @@ static size_t chunkpar_max_smem(const vlacu_args &a) {
     size_t m = 0;
     if (chunkpar_dk(a) == 32) {
         m = cp::apart_smem<32>::bytes;
-        if (cp::carry_smem<32, 16>::bytes > m) m = cp::carry_smem<32, 16>::bytes; /* 32 columns: where it fits */
+        if (cp::walk_smem<32, 16>::bytes > m) m = cp::walk_smem<32, 16>::bytes; /* 32 columns: where it fits */
         if (cp::output_smem<32, 64>::bytes > m) m = cp::output_smem<32, 64>::bytes;
     } else {
         m = cp::apart_smem<64>::bytes;
-        if (cp::carry_smem<64, 16>::bytes > m) m = cp::carry_smem<64, 16>::bytes;
+        if (cp::walk_smem<64, 16>::bytes > m) m = cp::walk_smem<64, 16>::bytes;
         if (cp::output_smem<64, 64>::bytes > m) m = cp::output_smem<64, 64>::bytes;
     }
     return m;
@@ -821,7 +845,7 @@ int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
      * (fewer shared loads per FMA), else 16 when that gives two, else 8: the walk is the
      * sequential part, and narrower blocks step faster. */
     const long long heads = (long long)a.B * a.H, sms = dev.sm_count > 0 ? dev.sm_count : 1;
-    const size_t b32 = chunkpar_dk(a) == 32 ? cp::carry_smem<32, 32>::bytes : cp::carry_smem<64, 32>::bytes;
+    const size_t b32 = chunkpar_dk(a) == 32 ? cp::walk_smem<32, 32>::bytes : cp::walk_smem<64, 32>::bytes;
     if (heads * ((a.dv + 31) / 32) >= sms && a.dv > 16 && b32 <= dev.smem_optin) return 32;
     return heads * ((a.dv + 15) / 16) >= 2 * sms ? 16 : 8;
 }

@@ -84,7 +84,8 @@ struct cp_params {
     const double *Minv; /* [BH][dk*dk] A_in^{-1} (double), or null without A_in */
     const int *flags;   /* [BH] 1: A_in is not positive definite, the engine does the head; or null */
     float *Al, *W;      /* [BH][T][DK] a_t rows; W rows */
-    float *Y;           /* [BH][T][dv] Y, then E */
+    float *Y;           /* [BH][T][dv] Y = (I + Lw)^{-1} V */
+    float *Pm, *Qm;     /* [BH][nch][DK*DK], [BH][nch][DK][dv]: chunk maps X_end = P X + Q */
     float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
     float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */

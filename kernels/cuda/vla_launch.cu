@@ -91,7 +91,7 @@ struct layout {
     size_t tile_smem;
     size_t engine_smem_max;
     bool cp; /* the chunk-parallel form (vla_chunkpar.cu) */
-    size_t cpMd, cpAl, cpW, cpY, cpXst, cpAend;
+    size_t cpMd, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm;
 };
 
 /* Bump allocation of the workspace, 256-byte aligned. */
@@ -146,6 +146,8 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
             L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
             L->cpXst = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
+            L->cpPm = w.take(sat_mul(sat_mul(BH, nch), DK * DK * f4));
+            L->cpQm = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
             L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
             if (a->A_in) {
                 L->Minv = w.take(sat_mul(BH, dk * dk * 8));
@@ -288,6 +290,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.Md = (double *)(W + L.cpMd);
         cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
         cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
+        cpp.Pm = (float *)(W + L.cpPm), cpp.Qm = (float *)(W + L.cpQm);
         if (a->A_in) { /* A_in^{-1} for the Gram prefix; heads where it fails go to the engine */
             aux_params ap;
             memset(&ap, 0, sizeof ap);
