@@ -41,6 +41,10 @@ constexpr int C = 64;   /* rows of a chunk block */
 
 __device__ __forceinline__ int imin(int x, int y) { return x < y ? x : y; }
 
+#ifdef VLA_CUDA_EMU
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#endif
+
 /* Thread tiling of an M x N block product over NT threads: TX threads along the columns, TY
  * along the rows; thread (tx, ty) owns rows ty + TY*i (i < RM) and columns tx + TX*j (j < RN).
  * A warp then reads 2 (or 1) rows of a row-major left operand (broadcast) and TX consecutive
@@ -149,7 +153,7 @@ __device__ void cholesky64(float *G, int ldg) {
 #pragma unroll
             for (int jj = 0; jj < 16; jj++) {
                 const float piv = __shfl_sync(0xffffffffu, x0[jj], jj); /* G[k0+jj][k0+jj], updated */
-                const float d = sqrtf(piv), rd = 1.0f / d;
+                const float rd = rsqrtf(piv), d = piv * rd; /* one MUFU op on the critical path */
                 x0[jj] = lane > jj ? x0[jj] * rd : (lane == jj ? d : x0[jj]);
                 x1[jj] *= rd;
 #pragma unroll
