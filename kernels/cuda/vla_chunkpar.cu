@@ -133,31 +133,6 @@ template <int N> __device__ double *gj_inverse(double *a, double *b) {
     return a;
 }
 
-/* The same Gauss-Jordan inverse for a 32 x 32 matrix, by one warp with no block barrier: lane j
- * keeps column j in registers (double); row k's pivot and each row's column-k entry travel by
- * shuffles. src: row-major, ld 32 (global); A0 <- (float) inverse (ld lda). */
-__device__ void warp_gj_inverse32(const double *src, float *A0, int lda) {
-    const int lane = threadIdx.x & 31;
-    double c[32];
-#pragma unroll
-    for (int i = 0; i < 32; i++) c[i] = src[i * 32 + lane];
-#pragma unroll
-    for (int k = 0; k < 32; k++) {
-        const double pk = __shfl_sync(0xffffffffu, c[k], k);
-        const double rp = 1.0 / pk;
-        const double rowk = lane == k ? rp : c[k] * rp; /* the new row k */
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            if (i == k) continue;
-            const double aik = __shfl_sync(0xffffffffu, c[i], k); /* a[i][k], before this step */
-            c[i] = lane == k ? -aik * rp : fma(-aik, rowk, c[i]);
-        }
-        c[k] = rowk;
-    }
-#pragma unroll
-    for (int i = 0; i < 32; i++) A0[i * lda + lane] = (float)c[i];
-}
-
 /* Cholesky of the symmetric C x C matrix G (ld ldg; the lower triangle is read) in place: on
  * return the lower triangle holds L (G = L L^T) and the upper is zero. Blocked by panels of 16
  * columns, two barriers a panel: warp 0 factors the panel (lane l keeps rows k0 + l and
@@ -386,8 +361,6 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             if (i < dk && jj < dk) x = a.A_in ? a.A_in[(size_t)bh * dk * dk + i * dk + jj] : (i == jj ? ainit : 0.0f);
             A0[i * ld + jj] = x;
         }
-    } else if (DK == 32) {
-        if (threadIdx.x < 32) warp_gj_inverse32(P.Md + ((size_t)bh * P.nseg + g) * DK * DK, A0, ld);
     } else {
         double *m0 = (double *)smem, *m1 = m0 + DK * DK;
         const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
