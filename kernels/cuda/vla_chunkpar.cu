@@ -823,18 +823,25 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
 
 int chunkpar_dk(const vlacu_args &a) { return a.dk <= 32 ? 32 : 64; }
 
-static size_t chunkpar_max_smem(const vlacu_args &a) {
-    size_t m = 0;
-    if (chunkpar_dk(a) == 32) {
-        m = cp::apart_smem<32>::bytes;
-        if (cp::walk_smem<32, 16>::bytes > m) m = cp::walk_smem<32, 16>::bytes; /* 32 columns: where it fits */
-        if (cp::output_smem<32, 64>::bytes > m) m = cp::output_smem<32, 64>::bytes;
-    } else {
-        m = cp::apart_smem<64>::bytes;
-        if (cp::walk_smem<64, 16>::bytes > m) m = cp::walk_smem<64, 16>::bytes;
-        if (cp::output_smem<64, 64>::bytes > m) m = cp::output_smem<64, 64>::bytes;
-    }
+/* A kernel's static shared memory, asked once (each launch adds it to the dynamic bytes). */
+template <void (*K)(const cp_params)> static size_t static_of() {
+    static const size_t s = static_smem_of((const void *)K, 0);
+    return s;
+}
+
+template <int DK> static size_t max_smem(int dv) {
+    size_t m = cp::apart_smem<DK>::bytes + static_of<cp::apart_kernel<DK>>();
+    const size_t w = cp::walk_smem<DK, 16>::bytes + static_of<cp::walk_kernel<DK, 16>>();
+    const size_t o = dv <= 32 ? cp::output_smem<DK, 32>::bytes + static_of<cp::output_kernel<DK, 32>>()
+                              : cp::output_smem<DK, 64>::bytes + static_of<cp::output_kernel<DK, 64>>();
+    if (w > m) m = w;
+    if (o > m) m = o;
     return m;
+}
+
+/* The most shared memory (dynamic + static) one block of the form needs for this shape. */
+static size_t chunkpar_max_smem(const vlacu_args &a) {
+    return chunkpar_dk(a) == 32 ? max_smem<32>(a.dv) : max_smem<64>(a.dv);
 }
 
 /* R = 0 (the Gram prefix gives A exactly), dk <= 64, chunks of at most 64 tokens, and the
@@ -849,7 +856,8 @@ int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
      * (fewer shared loads per FMA), else 16 when that gives two, else 8: the walk is the
      * sequential part, and narrower blocks step faster. */
     const long long heads = (long long)a.B * a.H, sms = dev.sm_count > 0 ? dev.sm_count : 1;
-    const size_t b32 = chunkpar_dk(a) == 32 ? cp::walk_smem<32, 32>::bytes : cp::walk_smem<64, 32>::bytes;
+    const size_t b32 = chunkpar_dk(a) == 32 ? cp::walk_smem<32, 32>::bytes + static_of<cp::walk_kernel<32, 32>>()
+                                            : cp::walk_smem<64, 32>::bytes + static_of<cp::walk_kernel<64, 32>>();
     if (heads * ((a.dv + 31) / 32) >= sms && a.dv > 16 && b32 <= dev.smem_optin) return 32;
     return heads * ((a.dv + 15) / 16) >= 2 * sms ? 16 : 8;
 }
