@@ -13,13 +13,7 @@ ARCH=${VLA_CUDA_ARCH:-90}
 mkdir -p "$OUT"
 START=$SECONDS
 left() { echo $(( ${VLA_DEADLINE:-570} - (SECONDS - START) )); }
-PREFIX=/tmp/vla-deb-prefix MA=x86_64-linux-gnu
-mkdir -p "$PREFIX"
-for d in .debs/*.deb; do dpkg -x "$d" "$PREFIX"; done
-find "$PREFIX" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" {} + 2>/dev/null
-export LD_LIBRARY_PATH=$PREFIX/usr/lib/$MA:$PREFIX/usr/lib/$MA/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_PATH=$PREFIX/usr/lib/$MA/pkgconfig:$PREFIX/usr/lib/$MA/openblas-pthread/pkgconfig
-export CMAKE_PREFIX_PATH=$PREFIX/usr PATH=$PATH:/usr/local/cuda/bin:$PREFIX/usr/bin
+source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DVLA_OPENCL=OFF &&

@@ -8,13 +8,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-$ROOT/h200-out}
 mkdir -p "$OUT"
-PREFIX=/tmp/vla-deb-prefix MA=x86_64-linux-gnu
-mkdir -p "$PREFIX"
-for d in .debs/*.deb; do dpkg -x "$d" "$PREFIX"; done
-find "$PREFIX" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" {} + 2>/dev/null
-export LD_LIBRARY_PATH=$PREFIX/usr/lib/$MA:$PREFIX/usr/lib/$MA/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_PATH=$PREFIX/usr/lib/$MA/pkgconfig:$PREFIX/usr/lib/$MA/openblas-pthread/pkgconfig
-export CMAKE_PREFIX_PATH=$PREFIX/usr PATH=$PATH:/usr/local/cuda/bin:$PREFIX/usr/bin
+source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200
 { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DVLA_OPENCL=OFF &&
   cmake --build "$B" -j"$(nproc)" --target bench_cuda_targets; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }

@@ -17,14 +17,7 @@ W=/tmp/session2 && rm -rf "$W" && mkdir -p "$W" "$OUT"
 START=$SECONDS
 S="$W/summary.txt"
 log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
-PREFIX=/tmp/vla-deb-prefix MA=x86_64-linux-gnu
-mkdir -p "$PREFIX"
-for d in .debs/*.deb; do dpkg -x "$d" "$PREFIX"; done
-find "$PREFIX" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" {} + 2>/dev/null
-export LD_LIBRARY_PATH=$PREFIX/usr/lib/$MA:$PREFIX/usr/lib/$MA/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_PATH=$PREFIX/usr/lib/$MA/pkgconfig:$PREFIX/usr/lib/$MA/openblas-pthread/pkgconfig
-export CMAKE_PREFIX_PATH=$PREFIX/usr PATH=$PATH:/usr/local/cuda/bin:$PREFIX/usr/bin
-mkdir -p /etc/OpenCL/vendors && echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200-fat
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="75;90" &&
