@@ -175,14 +175,16 @@ static count count_of(vla_mechanism m, vla_algorithm a, double T, double K, doub
             break;
         case VLA_ALGO_CHUNKED:
             /* The chunk-parallel form (kernels/cuda/vla_chunkpar.cu; R = 0, K <= 64), operations as
-             * executed (full C x C products, not their triangles): Gram C K^2, Gauss-Jordan K^3,
-             * A part 2CK^2 + 3.5C^2K + C^3/6, S factors C^2K + C^2(K+V)/2, carry 2CKV, output
-             * C^2K + CKV + C^2V. Bytes: q k v o, the A^{-1} prefix (double: written twice, read
-             * twice), a_t and W (written, read twice), Y/E (written twice, read twice), the
-             * chunk-start states (written, read). */
-            r.flop = 2 * nc * (3 * C * K * K + K * K * K + 5.5 * C * C * K + C * C * C / 6 + 3 * C * K * V + 2 * C * C * V);
-            r.bytes = io + st + 32 * nc * K * K + 24 * T * K + 16 * T * V + 8 * nc * K * V;
-            r.formula = "2*n_c*(3CK^2+K^3+5.5C^2K+C^3/6+3CKV+2C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 16TV + 8n_cKV";
+             * executed (full C x C products, not their triangles), a chunk: Gram C K^2; inversion
+             * K^3 (one a segment: counted a chunk, an upper bound); A part U A0, K A0, Z^T Z 3CK^2 +
+             * G, K Z^T, M Z 3C^2K + Cholesky C^3/6 + Z solve C^2K/2; S factors Lw C^2K + solves
+             * C^2(K+V)/2 + P, Q CK^2 + CKV; walk K^2 V; output Q Al^T, Pm W 2C^2K + Q X CKV + Pm Y
+             * C^2V. Bytes: q k v o, the A^{-1} prefix (double: written twice, read twice), a_t and
+             * W (written, read twice), Y (written, read), the maps and chunk-start states. */
+            r.flop = 2 * nc * (5 * C * K * K + K * K * K + 7 * C * C * K + C * C * C / 6 + 2 * C * K * V + K * K * V +
+                               1.5 * C * C * V);
+            r.bytes = io + st + 32 * nc * K * K + 24 * T * K + 8 * T * V + 8 * nc * K * (K + 2 * V);
+            r.formula = "2*n_c*(5CK^2+K^3+7C^2K+C^3/6+2CKV+K^2V+1.5C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 8TV + 8n_cK(K+2V)";
             break;
         case VLA_ALGO_TWO_LEVEL:
             /* Gram (C K^2 a chunk) + A part + the chunk map on [M|N] (S part at width K+V) +

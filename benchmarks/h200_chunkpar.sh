@@ -32,4 +32,4 @@ for tool in memcheck racecheck; do
     --mechanism vla --algo chunked > "$OUT/sanitizer-$tool.txt" 2>&1
   echo "compute-sanitizer $tool exit $? at $((SECONDS - START)) s" | tee -a "$OUT/summary.txt"
 done
-tail -3 "$OUT/test_cuda.log" "$OUT/vla-check-cuda.txt"; grep -E "^\|" "$OUT/bench.md" | head -60; tail -3 "$OUT"/sanitizer-*.txt
+tail -n 3 "$OUT/test_cuda.log" "$OUT/vla-check-cuda.txt"; grep -E "^\|" "$OUT/bench.md" | head -60; tail -n 3 "$OUT"/sanitizer-*.txt

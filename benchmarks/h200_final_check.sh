@@ -18,5 +18,5 @@ timeout 60 "$B/tools/vla-check" --backend cuda > "$OUT/vla-check-cuda.txt" 2>&1;
 ocl=$("$B/tools/vla-run" --list-devices | awk '/^opencl/ && /NVIDIA/ {print $1; exit}')
 timeout 90 "$B/tools/vla-check" --backend "${ocl:-opencl:1:0}" > "$OUT/vla-check-opencl-nvidia.txt" 2>&1; echo "vla-check ${ocl:-opencl:1:0} exit $?" | tee -a "$OUT/summary.txt"
 timeout 60 ./test_opencl > "$OUT/test_opencl.log" 2>&1; echo "test_opencl exit $?" | tee -a "$OUT/summary.txt"
-tail -2 "$OUT/test_cuda.log" "$OUT/vla-check-cuda.txt" "$OUT/vla-check-opencl-nvidia.txt" "$OUT/test_opencl.log"
+tail -n 2 "$OUT/test_cuda.log" "$OUT/vla-check-cuda.txt" "$OUT/vla-check-opencl-nvidia.txt" "$OUT/test_opencl.log"
 grep -h "timer" "$OUT/test_opencl.log"
