@@ -352,8 +352,11 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
     float *colbuf = Al + C * ld, *piv = colbuf + 2 * C, *rdiag = piv + C;
 
+    /* linear and delta (without g) take the S path only: no A part, one chunk a block */
+    const bool vla = a.mech == VLACU_VLA;
     /* 1. A at the segment start: A_0, or the inverse of M (the Gram prefix) */
-    if (g == 0) {
+    if (!vla) {
+    } else if (g == 0) {
         const float ainit = (float)(1.0 / a.lambda0);
         for (int e = threadIdx.x; e < DK * DK; e += NT) {
             const int i = e / DK, jj = e - i * DK;
@@ -377,6 +380,26 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
 
     for (int j = j0; j < j1; j++, first = false) {
     const int ts = j * P.C, c = imin(P.C, a.T - ts);
+    if (!vla) {
+        /* The write directions Al: phi(k) (linear) or beta_t k^_t (delta); the read keys K: k^
+         * (delta) or 0 (linear: the plain sum has no residual, so W = 0, Y = V, P = I). */
+        load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
+        __syncthreads();
+        if (a.mech == VLACU_DELTA) norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
+        __syncthreads();
+        for (int e = threadIdx.x; e < C * DK; e += NT) {
+            const int t = e / DK, i = e - t * DK;
+            const bool bt = a.mech == VLACU_DELTA && a.beta && t < c;
+            Al[t * ld + i] = (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
+        }
+        __syncthreads();
+        if (a.mech == VLACU_LINEAR)
+            for (int e = threadIdx.x; e < C * DK; e += NT) {
+                const int t = e / DK, i = e - t * DK;
+                K[t * ld + i] = 0.0f;
+            }
+        __syncthreads();
+    } else {
     /* 2. U and K */
     load_uk<DK>(a, b, h, ts, c, U, K, ld);
 
@@ -468,6 +491,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     }
     __syncthreads();
     if (first) PROF(9);
+    } /* vla */
     float *Alg = P.Al + ((size_t)bh * a.T + ts) * DK, *Wg = P.W + ((size_t)bh * a.T + ts) * DK;
     for (int e = threadIdx.x; e < c * DK; e += NT) {
         const int t = e / DK, i = e - t * DK;
@@ -636,7 +660,7 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(cons
                 const int r = tx::row(i), cc = tx::col(jj);
                 if (r < dk && cc < nv) a.S_out[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] = xs[i][jj];
             }
-    if (a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
+    if (a.mech == VLACU_VLA && a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
         for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
 #undef PB
 #undef QB
@@ -789,7 +813,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const cp_params &PP = Pp;
     typedef void (*kfn)(const cp_params);
     const unsigned nseg = (unsigned)P.nseg;
-    if (nseg > 1) {
+    if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
         VLACU_LAUNCH(kg, BH * (nseg - 1), NT, (size_t)C * (DK + 1) * 4, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
@@ -844,11 +868,14 @@ static size_t chunkpar_max_smem(const vlacu_args &a) {
     return chunkpar_dk(a) == 32 ? max_smem<32>(a.dv) : max_smem<64>(a.dv);
 }
 
-/* R = 0 (the Gram prefix gives A exactly), dk <= 64, chunks of at most 64 tokens, and the
- * kernels' shared memory fits the device (a T4's 64 KiB a block: dk <= 32 only). */
+/* VLA with R = 0 (the Gram prefix gives A exactly), linear, or delta without g (the decay would
+ * need its own chunk maps); dk <= 64, chunks of at most 64 tokens, and the kernels' shared memory
+ * fits the device (a T4's 64 KiB a block: dk <= 32 only). */
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev) {
-    return a.mech == VLACU_VLA && a.algo == VLACU_CHUNKED && a.refresh == 0 && a.dk <= 64 && a.chunk <= cp::C &&
-           a.chunk >= 1 && chunkpar_max_smem(a) <= dev.smem_optin;
+    const bool mech = (a.mech == VLACU_VLA && a.refresh == 0) || a.mech == VLACU_LINEAR ||
+                      (a.mech == VLACU_DELTA && !a.g);
+    return mech && a.algo == VLACU_CHUNKED && a.dk <= 64 && a.chunk <= cp::C && a.chunk >= 1 &&
+           chunkpar_max_smem(a) <= dev.smem_optin;
 }
 
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
@@ -874,6 +901,7 @@ extern "C" int vlacu_chunkpar_ok(int dk, int dv, int chunk, int refresh, const v
  * r chunks' worth of the rest) but expose less parallelism. Picks the S (a power of two) that
  * minimises waves x (S + r), two blocks a multiprocessor (their shared memory and registers). */
 int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
+    if (a.mech != VLACU_VLA) return 1; /* no A part: nothing to amortise */
     const double r = chunkpar_dk(a) == 64 ? 1.5 : 0.4;
     const long long heads = (long long)a.B * a.H, slots = 2LL * (dev.sm_count > 0 ? dev.sm_count : 1);
     int best = 1;

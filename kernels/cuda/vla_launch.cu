@@ -141,14 +141,14 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
             const size_t DK = (size_t)chunkpar_dk(*a), nch = (size_t)L->nchunks;
             L->seg = chunkpar_seg(*a, *dev, (int)L->nchunks);
             L->nseg = (int)((L->nchunks + L->seg - 1) / L->seg);
-            L->cpMd = w.take(sat_mul(sat_mul(BH, (size_t)L->nseg), DK * DK * 8));
+            if (a->mech == VLACU_VLA) L->cpMd = w.take(sat_mul(sat_mul(BH, (size_t)L->nseg), DK * DK * 8));
             L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
             L->cpXst = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
             L->cpPm = w.take(sat_mul(sat_mul(BH, nch), DK * DK * f4));
             L->cpQm = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
-            L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
+            if (a->mech == VLACU_VLA) L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
             if (a->A_in) {
                 L->Minv = w.take(sat_mul(BH, dk * dk * 8));
                 L->dscr = w.take(sat_mul(BH, dk * dk * 8));
