@@ -22,6 +22,7 @@ target_sources(vla PRIVATE
   ${_vla_cuda_dir}/vla_engine.cu
   ${_vla_cuda_dir}/vla_chunkpar.cu
   ${_vla_cuda_dir}/vla_seq.cu
+  ${_vla_cuda_dir}/vla_seq_regs.cu
   ${_vla_cuda_dir}/vla_norm.cu
   ${_vla_cuda_dir}/vla_softmax.cu)
 target_include_directories(vla PRIVATE ${_vla_cuda_dir})

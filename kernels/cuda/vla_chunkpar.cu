@@ -335,7 +335,7 @@ template <int DK> struct apart_smem {
     static constexpr int ld = DK + 1, ldc = C + 1;
     static constexpr size_t mats = (size_t)3 * C * ld + (size_t)C * ldc; /* U, K, UA(->Z), G */
     static constexpr size_t region1 = mats * 4 > 2 * DK * DK * 8 ? mats * 4 : 2 * DK * DK * 8;
-    static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + 4 * C) * 4;
+    static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + C) * 4; /* + A0, Al, rdiag */
 };
 
 template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp_params P) {
@@ -350,7 +350,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     PROF(0);
     float *U = (float *)smem, *K = U + C * ld, *UA = K + C * ld, *G = UA + C * ld; /* region 1 */
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
-    float *colbuf = Al + C * ld, *piv = colbuf + 2 * C, *rdiag = piv + C;
+    float *rdiag = Al + C * ld;
 
     /* linear and delta (without g) take the S path only: no A part, one chunk a block */
     const bool vla = a.mech == VLACU_VLA;
@@ -764,8 +764,11 @@ struct ktimer {
     int n;
     const char *name[6];
     void start(cudaStream_t st) {
-        const char *e = getenv("VLA_CUDA_KERNEL_TIMES");
-        on = e && e[0] == '1';
+        static const bool env_on = [] {
+            const char *e = getenv("VLA_CUDA_KERNEL_TIMES");
+            return e && e[0] == '1';
+        }(); /* read once a process */
+        on = env_on;
         n = 0;
         if (on) mark("start", st);
     }

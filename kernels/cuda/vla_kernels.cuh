@@ -106,6 +106,10 @@ struct seq_params {
 size_t seq_static_smem();
 cudaError_t launch_seq(const seq_params &p, cudaStream_t st);
 
+/* ---- sequential with the states in registers (vla_seq_regs.cu): dk, dv <= 64, the decode path ---- */
+bool seq_regs_applies(const vlacu_args &a);
+cudaError_t launch_seq_regs(const vlacu_args &a, cudaStream_t st);
+
 /* ---- output normaliser (vla_norm.cu): n_t = n_{t-1} + k~_t; o_t /= max(q~.n, eps) (vla) or
  * (q~.n + eps) (linear). work: BH * ceil(T / NORM_NB) * dk floats. */
 #define VLACU_NORM_NB 64

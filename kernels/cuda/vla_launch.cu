@@ -123,6 +123,7 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
         break;
     }
     case VLACU_SEQUENTIAL: {
+        if (seq_regs_applies(*a)) break; /* states in registers: no workspace */
         L->pl_main = seq_plan(a, smem_budget(dev, seq_static_smem()));
         L->spill = w.take(sat_mul(BH, L->pl_main.gbytes));
         break;
@@ -259,6 +260,10 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
 
     if (a->algo == VLACU_FUSED) {
         TRY(launch_softmax(*a, L.tile, L.tile_smem, st));
+        return 0;
+    }
+    if (a->algo == VLACU_SEQUENTIAL && seq_regs_applies(*a)) {
+        TRY(launch_seq_regs(*a, st));
         return 0;
     }
     if (a->algo == VLACU_SEQUENTIAL) {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Session 3 on the H200, in one device call, on the fat binary (sm_75 + sm_90) as shipped:
+#   1. test_cuda (every mechanism x algorithm vs float64 and the CPU backend), vla-check --backend cuda;
+#   2. bench_cuda_targets, the rows in $VLA_BENCH_ONLY (default: every row; limits measured in the
+#      same run), with the decode step's host share;
+#   3. compute-sanitizer memcheck and racecheck over vla-check's CUDA cases (every mechanism).
+# Usage on the device (carry [".debs"]): bash benchmarks/h200_session3.sh
+# Writes $OUT/summary.txt, $OUT/bench_cuda.md and $OUT/all.tar.gz (every log).
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/h200-out}
+W=/tmp/session3 && rm -rf "$W" && mkdir -p "$W" "$OUT"
+START=$SECONDS
+S="$W/summary.txt"
+log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+source "$ROOT/benchmarks/h200_env.sh"
+B=$ROOT/build-h200-fat
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="75;90" -DVLA_OPENCL=OFF &&
+  cmake --build "$B" -j"$(nproc)" --target test_cuda vla-check bench_cuda_targets; } > "$W/build.log" 2>&1 ||
+  { tail -40 "$W/build.log"; exit 1; }
+log "built (sm_75 + sm_90)"
+CK_FORK=no timeout 150 "$B/tests/test_cuda" > "$W/test_cuda.log" 2>&1; log "test_cuda exit $?: $(tail -n 1 "$W/test_cuda.log")"
+timeout 60 "$B/tools/vla-check" --backend cuda > "$W/vla-check-cuda.txt" 2>&1; log "vla-check cuda exit $?: $(tail -n 1 "$W/vla-check-cuda.txt")"
+BENCH=$(find "$B" -name bench_cuda_targets -type f | head -1)
+only=(); [ -n "${VLA_BENCH_ONLY:-}" ] && only=(--only "$VLA_BENCH_ONLY")
+timeout 240 "$BENCH" "${only[@]}" --json "$W/bench_cuda.json" > "$W/bench_cuda.md" 2> "$W/bench_cuda.err"; log "bench_cuda_targets exit $?"
+for tool in memcheck racecheck; do
+  timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tools/vla-check" --backend cuda \
+    > "$W/sanitizer-$tool.txt" 2>&1
+  log "compute-sanitizer $tool exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-$tool.txt" | tail -n 1)"
+done
+cp "$S" "$OUT/summary.txt"; cp "$W/bench_cuda.md" "$OUT/" 2>/dev/null
+tar -C "$W" -czf "$OUT/all.tar.gz" .
+grep -E "^\| \(|^\| decode|^- decode" "$W/bench_cuda.md" | cut -d'|' -f2-8 | head -60
