@@ -3,7 +3,8 @@
 #   1. test_cuda (every mechanism x algorithm vs float64 and the CPU backend), vla-check --backend cuda;
 #   2. bench_cuda_targets, the rows in $VLA_BENCH_ONLY (default: every row; limits measured in the
 #      same run), with the decode step's host share;
-#   3. compute-sanitizer memcheck and racecheck over vla-check's CUDA cases (every mechanism).
+#   3. compute-sanitizer memcheck over vla-check's CUDA cases, racecheck over its sequential and
+#      chunked ones (every mechanism).
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_session3.sh
 # Writes $OUT/summary.txt, $OUT/bench_cuda.md and $OUT/all.tar.gz (every log).
 set -uo pipefail
@@ -26,10 +27,13 @@ timeout 60 "$B/tools/vla-check" --backend cuda > "$W/vla-check-cuda.txt" 2>&1; l
 BENCH=$(find "$B" -name bench_cuda_targets -type f | head -1)
 only=(); [ -n "${VLA_BENCH_ONLY:-}" ] && only=(--only "$VLA_BENCH_ONLY")
 timeout 240 "$BENCH" "${only[@]}" --json "$W/bench_cuda.json" > "$W/bench_cuda.md" 2> "$W/bench_cuda.err"; log "bench_cuda_targets exit $?"
-for tool in memcheck racecheck; do
-  timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tools/vla-check" --backend cuda \
-    > "$W/sanitizer-$tool.txt" 2>&1
-  log "compute-sanitizer $tool exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-$tool.txt" | tail -n 1)"
+timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda \
+  > "$W/sanitizer-memcheck.txt" 2>&1
+log "compute-sanitizer memcheck (every case) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-memcheck.txt" | tail -n 1)"
+for algo in sequential chunked; do # racecheck over every case takes more than 100 s
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda --algo $algo \
+    > "$W/sanitizer-racecheck-$algo.txt" 2>&1
+  log "compute-sanitizer racecheck ($algo) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-racecheck-$algo.txt" | tail -n 1)"
 done
 cp "$S" "$OUT/summary.txt"; cp "$W/bench_cuda.md" "$OUT/" 2>/dev/null
 tar -C "$W" -czf "$OUT/all.tar.gz" .

@@ -39,7 +39,6 @@ namespace cp {
 constexpr int NT = 256; /* threads of every kernel here */
 constexpr int C = 64;   /* rows of a chunk block */
 
-__device__ __forceinline__ int imin(int x, int y) { return x < y ? x : y; }
 
 #ifdef VLA_CUDA_EMU
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }

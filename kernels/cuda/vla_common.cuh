@@ -69,6 +69,7 @@ inline size_t static_smem_of(const void *kern, size_t fallback) {
 template <typename T> __device__ __forceinline__ bool finite_(T x) { return isfinite(x); }
 
 __device__ __forceinline__ float elu1f(float x) { return x > 0.0f ? x + 1.0f : expf(x); }
+__device__ __forceinline__ int imin(int x, int y) { return x < y ? x : y; }
 
 template <typename T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

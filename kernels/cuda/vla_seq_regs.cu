@@ -21,9 +21,9 @@ namespace vlacu {
 
 enum { RG_NT = 256, RG_K = 64, RG_R = 16 };
 
-template <bool STAGE> __global__ void __launch_bounds__(RG_NT) seq_regs_kernel(const vlacu_args a) {
+__global__ void __launch_bounds__(RG_NT) seq_regs_kernel(const vlacu_args a) {
     __shared__ float qv[RG_K], kf[RG_K], kh[RG_K], uv[RG_K], vv[RG_K];
-    __shared__ float stage[STAGE ? RG_K * (RG_K + 1) : 1]; /* A in and out, coalesced */
+    __shared__ float stage[RG_K * (RG_K + 1)]; /* A in and out, coalesced */
     __shared__ double red1[4][RG_K], red2[4][RG_K], wb[RG_K];
     __shared__ float red3[4][RG_K], red4[4][RG_K];
     __shared__ double part[3][2];
@@ -47,33 +47,28 @@ template <bool STAGE> __global__ void __launch_bounds__(RG_NT) seq_regs_kernel(c
         x[r] = (a.S_in && i < dk && c < dv) ? a.S_in[sS + (size_t)i * dv + c] : 0.0f;
     }
     double A[RG_R];
-    if (vla && STAGE && a.A_in) {
-        /* A_in [dk][dk] row-major: coalesced loads (all issued, then stored), then each thread
-         * reads its row piece (stride RG_K + 1: no bank conflicts) */
-        float tmp[RG_K * RG_K / RG_NT];
+    if (vla && a.A_in) {
+        /* A_in [dk][dk] row-major: coalesced loads (thread (c, s) reads rows s, s + 4, ... at
+         * column c; all issued, then stored), then each thread reads its row piece from the stage
+         * (stride RG_K + 1: no bank conflicts). No division by dk anywhere: an integer division
+         * by a runtime value is ~20 instructions, and this kernel is a few thousand. */
+        float tmp[RG_R];
 #pragma unroll
-        for (int q = 0; q < RG_K * RG_K / RG_NT; q++) {
-            const int e = tid + RG_NT * q;
-            tmp[q] = e < dk * dk ? a.A_in[sA + e] : 0.0f;
+        for (int q = 0; q < RG_R; q++) {
+            const int i = s + 4 * q;
+            tmp[q] = (i < dk && c < dk) ? a.A_in[sA + (size_t)i * dk + c] : 0.0f;
         }
 #pragma unroll
-        for (int q = 0; q < RG_K * RG_K / RG_NT; q++) {
-            const int e = tid + RG_NT * q, i = e / dk, j = e - i * dk;
-            if (e < dk * dk) stage[i * (RG_K + 1) + j] = tmp[q];
-        }
+        for (int q = 0; q < RG_R; q++) stage[(s + 4 * q) * (RG_K + 1) + c] = tmp[q];
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < RG_R; r++) {
-            const int j = r0 + r;
-            A[r] = (c < dk && j < dk) ? (double)stage[c * (RG_K + 1) + j] : 0.0;
-        }
+        for (int r = 0; r < RG_R; r++) A[r] = (double)stage[c * (RG_K + 1) + r0 + r]; /* zero padded */
     } else if (vla) {
         const double a_init = (double)(float)(1.0 / a.lambda0); /* as the CPU backend starts from */
 #pragma unroll
         for (int r = 0; r < RG_R; r++) {
             const int j = r0 + r;
-            A[r] = (c < dk && j < dk) ? (a.A_in ? (double)a.A_in[sA + (size_t)c * dk + j] : (c == j ? a_init : 0.0))
-                                      : 0.0;
+            A[r] = (c < dk && c == j) ? a_init : 0.0;
         }
     }
     float nreg = (has_n && tid < dk && a.n_in) ? a.n_in[sn + tid] : 0.0f;
@@ -237,25 +232,17 @@ template <bool STAGE> __global__ void __launch_bounds__(RG_NT) seq_regs_kernel(c
             const int i = r0 + r;
             if (i < dk && c < dv) a.S_out[sS + (size_t)i * dv + c] = x[r];
         }
-    if (vla && a.A_out && STAGE) {
-        __syncthreads(); /* stage was last read before the token loop */
+    if (vla && a.A_out) {
+        __syncthreads(); /* the stage was last read before the token loop */
 #pragma unroll
-        for (int r = 0; r < RG_R; r++) {
-            const int j = r0 + r;
-            if (c < dk && j < dk) stage[c * (RG_K + 1) + j] = (float)A[r];
-        }
+        for (int r = 0; r < RG_R; r++) stage[c * (RG_K + 1) + r0 + r] = (float)A[r];
         __syncthreads();
 #pragma unroll
-        for (int q = 0; q < RG_K * RG_K / RG_NT; q++) {
-            const int e = tid + RG_NT * q, i = e / dk, j = e - i * dk;
-            if (e < dk * dk) a.A_out[sA + e] = stage[i * (RG_K + 1) + j];
+        for (int q = 0; q < RG_R; q++) {
+            const int i = s + 4 * q;
+            if (i < dk && c < dk) a.A_out[sA + (size_t)i * dk + c] = stage[i * (RG_K + 1) + c];
         }
-    } else if (vla && a.A_out)
-#pragma unroll
-        for (int r = 0; r < RG_R; r++) {
-            const int j = r0 + r;
-            if (c < dk && j < dk) a.A_out[sA + (size_t)c * dk + j] = (float)A[r];
-        }
+    }
     if (has_n && a.n_out && tid < dk) a.n_out[sn + tid] = nreg;
 }
 
@@ -264,12 +251,7 @@ bool seq_regs_applies(const vlacu_args &a) {
 }
 
 cudaError_t launch_seq_regs(const vlacu_args &a, cudaStream_t st) {
-    static const bool direct = [] { /* development A/B: A loaded straight into the row pieces */
-        const char *e = getenv("VLA_CUDA_SEQREGS_DIRECT");
-        return e && e[0] == '1';
-    }();
-    if (direct) VLACU_LAUNCH(seq_regs_kernel<false>, (unsigned)(a.B * a.H), RG_NT, 0, st, a);
-    else VLACU_LAUNCH(seq_regs_kernel<true>, (unsigned)(a.B * a.H), RG_NT, 0, st, a);
+    VLACU_LAUNCH(seq_regs_kernel, (unsigned)(a.B * a.H), RG_NT, 0, st, a);
     return cudaGetLastError();
 }
 
