@@ -66,6 +66,9 @@ static const cu_case cases[] = {
     {.name = "linear C1", .mech = LI, .B = 1, .T = 21, .H = 2, .dk = 8, .dv = 12, .chunk = 1},
     {.name = "linear C50 > T", .mech = LI, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 50},
     {.name = "linear dk256 dv200 T40 C16", .mech = LI, .B = 1, .T = 40, .H = 1, .dk = 256, .dv = 200, .chunk = 16},
+    /* 75 chunks on one head: the chunked walk runs in segments (maps, scan, local walks) */
+    {.name = "linear C4 T300 walk segments, states in place", .mech = LI, .B = 1, .T = 300, .H = 1, .dk = 16,
+     .dv = 40, .chunk = 4, .with_states = 1, .inplace = 1},
 
     /* ---- delta ---- */
     {.name = "delta T=1 beta g", .mech = DE, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8, .with_beta = 1, .with_g = 1},
@@ -80,6 +83,8 @@ static const cu_case cases[] = {
      .with_beta = 1, .with_g = 1, .with_states = 1, .inplace = 1, .elu1 = 1},
     {.name = "delta dk1 dv1 C4", .mech = DE, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4, .with_beta = 1,
      .with_g = 1},
+    {.name = "delta C4 T300 beta walk segments", .mech = DE, .B = 1, .T = 300, .H = 1, .dk = 16, .dv = 24, .chunk = 4,
+     .with_beta = 1},
     {.name = "delta C7", .mech = DE, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 7, .with_beta = 1,
      .with_g = 1},
     {.name = "delta dk200 dv256 T40 C16 beta g", .mech = DE, .B = 1, .T = 40, .H = 1, .dk = 200, .dv = 256,
@@ -91,6 +96,9 @@ static const cu_case cases[] = {
     {.name = "vla T100 dk24 dv16 C64", .mech = VL, .B = 1, .T = 100, .H = 2, .dk = 24, .dv = 16, .chunk = 64},
     {.name = "vla dk5 dv3 C8", .mech = VL, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .chunk = 8},
     {.name = "vla dk1 dv1 C4", .mech = VL, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4},
+    {.name = "vla C4 T300 walk segments, states in place", .mech = VL, .B = 1, .T = 300, .H = 1, .dk = 20, .dv = 40,
+     .chunk = 4, .with_states = 1, .inplace = 1},
+    {.name = "vla C8 T260 dk48 walk segments", .mech = VL, .B = 1, .T = 260, .H = 1, .dk = 48, .dv = 24, .chunk = 8},
     {.name = "vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
      .lambda0 = 1.0},
     {.name = "vla u given C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16, .with_u = 1},

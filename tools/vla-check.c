@@ -202,6 +202,14 @@ static int build_cases(check_case *cases, uint64_t seed) {
                 if (mech == VLA_MECH_VLA) c->has_u = 1, c->refresh = 20;
                 name_case(c, "stream-prefix");
             }
+            /* Many chunks on one head: the CUDA chunked walk runs in segments (maps, scan, walks). */
+            {
+                check_case *c = &cases[n++];
+                case_defaults(c, mech, algo);
+                c->B = 1, c->T = 300, c->H = 1, c->dk = 20, c->dv = 40, c->chunk = 4;
+                if (mech == VLA_MECH_DELTA) c->has_beta = 1;
+                name_case(c, "many-chunks");
+            }
             if (mech != VLA_MECH_VLA) continue;
             /* The paper preset, u given. */
             {

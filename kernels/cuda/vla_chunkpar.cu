@@ -563,7 +563,19 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     }
 }
 
-/* ---- cp_walk: the S walk over chunks on BV value columns: X_j -> Xst, X_{j+1} = P_j X_j + Q_j ---- */
+/* ---- cp_walk: the S walk over chunks on BV value columns: X_j -> Xst, X_{j+1} = P_j X_j + Q_j.
+ * The only sequential part. With few heads and many chunks it is split into segments of wlen
+ * chunks (VLA-MATH 2.4, on the chunks' affine maps), three launches of this kernel:
+ *   W_MAP    per (head, segment, column block): the segment's map [P_seg | Q_seg] (DK x (DK+dv)),
+ *            walking from [I | 0]: column blocks < DK/BV carry the identity columns (Q = 0),
+ *            the rest the value columns (from X = 0)
+ *   W_SCAN   per (head, value block): X over the segments' maps from S_in; X at each segment
+ *            start -> Sst; S_out, A_out
+ *   W_LOCAL  per (head, value block, segment): the plain walk over the segment's chunks from its
+ *            start state in Sst, X_j -> Xst
+ * so a head takes 2 wlen + nch / wlen steps instead of nch. W_PLAIN is the whole walk. ---- */
+enum { W_PLAIN = 0, W_MAP = 1, W_SCAN = 2, W_LOCAL = 3 };
+
 template <int DK, int BV> struct walk_smem {
     static constexpr int ld = DK + 1, ldv = BV + 1;
     /* two stages of [P | Q] tiles and of X */
@@ -575,9 +587,17 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(cons
     typedef walk_smem<DK, BV> S;
     constexpr int ld = S::ld, ldv = S::ldv;
     const vlacu_args &a = P.a;
-    const int nvb = (a.dv + BV - 1) / BV, bh = blockIdx.x / nvb, v0 = (blockIdx.x % nvb) * BV;
+    const int mode = P.wmode, dk = a.dk, dv = a.dv, nvb = (dv + BV - 1) / BV;
+    const int ncb = mode == W_MAP ? DK / BV + nvb : nvb; /* column blocks */
+    const int nsg = mode == W_MAP || mode == W_LOCAL ? P.wnseg : 1;
+    const int g = blockIdx.x % nsg, cb = (blockIdx.x / nsg) % ncb, bh = blockIdx.x / nsg / ncb;
     if (head_skipped(P, bh)) return;
-    const int dk = a.dk, dv = a.dv, nv = imin(BV, dv - v0);
+    const bool pblock = mode == W_MAP && cb < DK / BV; /* identity columns v0.. of P_seg */
+    const int v0 = (pblock ? cb : mode == W_MAP ? cb - DK / BV : cb) * BV, nv = pblock ? BV : imin(BV, dv - v0);
+    /* the steps: chunks, a segment's chunks, or the segments */
+    const int j0 = mode == W_MAP || mode == W_LOCAL ? g * P.wlen : 0;
+    const int j1 = mode == W_SCAN ? P.wnseg : mode == W_PLAIN ? P.nch : imin(j0 + P.wlen, P.nch);
+    const int segld = DK + dv; /* row stride of a segment map */
     constexpr int stage = DK * ld + 2 * DK * ldv;
     float *const base = (float *)smem;
 #define PB(s) (base + (s) * stage)
@@ -587,16 +607,26 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(cons
     constexpr int NP = DK * DK / NT, NQ = DK * BV / NT;
     float rp[NP], rq[NQ];
 
-    /* registers <- chunk jj's P and Q columns v0.. (columns < nv) */
+    /* registers <- step jj's P and Q columns v0.. (columns < nv; Q = 0 for identity columns) */
     auto fetch = [&](int jj) {
-        const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
-        const float *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
+        const float *pg, *qg;
+        size_t pld, qld;
+        if (mode == W_SCAN) {
+            pg = P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld, pld = segld;
+            qg = pg + DK + v0, qld = segld;
+        } else {
+            pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK, pld = DK;
+            qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0, qld = dv;
+        }
 #pragma unroll
-        for (int r = 0; r < NP; r++) rp[r] = pg[threadIdx.x + NT * r];
+        for (int r = 0; r < NP; r++) {
+            const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
+            rp[r] = pg[(size_t)i * pld + k];
+        }
 #pragma unroll
         for (int r = 0; r < NQ; r++) {
             const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-            rq[r] = cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
+            rq[r] = !pblock && cc < nv ? qg[(size_t)i * qld + cc] : 0.0f;
         }
     };
     auto stash = [&](int s) {
@@ -612,30 +642,43 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(cons
         }
     };
 
-    /* X_0 = S_in^T columns v0.. (zero rows past dk, columns past nv); each thread its own entries */
+    /* X at the first step: S_in^T columns v0.. (zero rows past dk, columns past nv), the segment's
+     * start state, or [I | 0]; each thread its own entries */
     float xs[tx::RM][tx::RN];
 #pragma unroll
     for (int i = 0; i < tx::RM; i++)
 #pragma unroll
         for (int jj = 0; jj < tx::RN; jj++) {
             const int r = tx::row(i), cc = tx::col(jj);
-            xs[i][jj] = (a.S_in && r < dk && cc < nv) ? a.S_in[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] : 0.0f;
-            XB(0)[r * ldv + cc] = xs[i][jj];
+            float x0 = 0.0f;
+            if (mode == W_PLAIN || mode == W_SCAN)
+                x0 = (a.S_in && r < dk && cc < nv) ? a.S_in[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] : 0.0f;
+            else if (mode == W_LOCAL)
+                x0 = cc < nv ? P.Sst[((size_t)bh * P.wnseg + g) * DK * dv + (size_t)r * dv + v0 + cc] : 0.0f;
+            else if (pblock)
+                x0 = r == v0 + cc ? 1.0f : 0.0f;
+            xs[i][jj] = x0;
+            XB(0)[r * ldv + cc] = x0;
         }
-    fetch(0);
-    stash(0);
+    if (j0 < j1) {
+        fetch(j0);
+        stash(0);
+    }
     __syncthreads();
     PROF(12);
-    for (int j = 0; j < P.nch; j++) {
-        const int s = j & 1;
-        if (j == 1) PROF(14);
-        float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
+    for (int j = j0; j < j1; j++) {
+        const int s = (j - j0) & 1;
+        if (j - j0 == 1) PROF(14);
+        float *xst = mode == W_SCAN  ? P.Sst + ((size_t)bh * P.wnseg + j) * DK * dv + v0
+                     : mode == W_MAP ? nullptr
+                                     : P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
+        if (xst)
 #pragma unroll
-        for (int i = 0; i < tx::RM; i++)
+            for (int i = 0; i < tx::RM; i++)
 #pragma unroll
-            for (int jj = 0; jj < tx::RN; jj++)
-                if (tx::col(jj) < nv) xst[(size_t)tx::row(i) * dv + tx::col(jj)] = xs[i][jj];
-        if (j + 1 < P.nch) fetch(j + 1);
+                for (int jj = 0; jj < tx::RN; jj++)
+                    if (tx::col(jj) < nv) xst[(size_t)tx::row(i) * dv + tx::col(jj)] = xs[i][jj];
+        if (j + 1 < j1) fetch(j + 1);
         /* X <- P X + Q */
 #pragma unroll
         for (int i = 0; i < tx::RM; i++)
@@ -646,11 +689,21 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(cons
         for (int i = 0; i < tx::RM; i++)
 #pragma unroll
             for (int jj = 0; jj < tx::RN; jj++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(jj)] = xs[i][jj];
-        if (j + 1 < P.nch) stash(s ^ 1);
+        if (j + 1 < j1) stash(s ^ 1);
         __syncthreads();
-        if (j == 1) PROF(15);
+        if (j - j0 == 1) PROF(15);
     }
     PROF(13);
+    if (mode == W_MAP) {
+        float *sg = P.Seg + ((size_t)bh * P.wnseg + g) * DK * segld + (pblock ? v0 : DK + v0);
+#pragma unroll
+        for (int i = 0; i < tx::RM; i++)
+#pragma unroll
+            for (int jj = 0; jj < tx::RN; jj++)
+                if (tx::col(jj) < nv) sg[(size_t)tx::row(i) * segld + tx::col(jj)] = xs[i][jj];
+        return;
+    }
+    if (mode == W_LOCAL) return;
     if (a.S_out)
 #pragma unroll
         for (int i = 0; i < tx::RM; i++)
@@ -833,7 +886,22 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const kfn kc = bv == 8 ? walk_kernel<DK, 8> : bv == 16 ? walk_kernel<DK, 16> : walk_kernel<DK, 32>;
     const size_t sc = bv == 8 ? walk_smem<DK, 8>::bytes : bv == 16 ? walk_smem<DK, 16>::bytes : walk_smem<DK, 32>::bytes;
     if ((e = raise(slot + (bv == 8 ? 1 : bv == 16 ? 2 : 5), kc, sc)) != cudaSuccess) return e;
-    VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, PP);
+    if (P.wnseg > 1) { /* segments: their maps, the scan over them, then each segment's walk */
+        const unsigned ns = (unsigned)P.wnseg;
+        cp_params Pw = PP;
+        Pw.wmode = W_MAP;
+        VLACU_LAUNCH(kc, BH * ((unsigned)(DK / bv) + nvb) * ns, NT, sc, st, Pw);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        Pw.wmode = W_SCAN;
+        VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, Pw);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        Pw.wmode = W_LOCAL;
+        VLACU_LAUNCH(kc, BH * nvb * ns, NT, sc, st, Pw);
+    } else {
+        cp_params Pw = PP;
+        Pw.wmode = W_PLAIN;
+        VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, Pw);
+    }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("walk", st);
     const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32> : output_kernel<DK, 64>;
@@ -878,6 +946,23 @@ bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev) {
                       (a.mech == VLACU_DELTA && !a.g);
     return mech && a.algo == VLACU_CHUNKED && a.dk <= 64 && a.chunk <= cp::C && a.chunk >= 1 &&
            chunkpar_max_smem(a) <= dev.smem_optin;
+}
+
+/* The walk's segments: when the heads' value blocks leave most multiprocessors idle and there
+ * are enough chunks, segments of wlen ~ sqrt(nch / 2) chunks (2 wlen + nch / wlen steps a head,
+ * the fewest), on 32 value columns a block (the segments give the parallelism). Else one
+ * segment (wlen = nch) and chunkpar_bv's width. */
+void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *bv, int *wlen, int *wnseg) {
+    const long long heads = (long long)a.B * a.H, sms = dev.sm_count > 0 ? dev.sm_count : 1;
+    *bv = chunkpar_bv(a, dev);
+    *wlen = nch > 0 ? nch : 1;
+    *wnseg = 1;
+    if (nch < 32 || heads * ((a.dv + 31) / 32) * 4 > sms) return;
+    int L = (int)ceil(sqrt(nch / 2.0));
+    if (L < 2) L = 2;
+    *bv = 32;
+    *wlen = L;
+    *wnseg = (nch + L - 1) / L;
 }
 
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {

@@ -88,12 +88,17 @@ struct cp_params {
     float *Pm, *Qm;     /* [BH][nch][DK*DK], [BH][nch][DK][dv]: chunk maps X_end = P X + Q */
     float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
     float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
+    int wmode;          /* the walk kernel's role (W_PLAIN, W_MAP, W_SCAN, W_LOCAL), set by run() */
+    int wlen, wnseg;    /* the walk's segments: wlen chunks each, wnseg of them (1: no split) */
+    float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
+    float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
     int prof_block;
 };
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);
 int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev);
+void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *bv, int *wlen, int *wnseg);
 int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch);
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st);
 

@@ -91,7 +91,8 @@ struct layout {
     size_t tile_smem;
     size_t engine_smem_max;
     bool cp; /* the chunk-parallel form (vla_chunkpar.cu) */
-    size_t cpMd, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm;
+    size_t cpMd, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm, cpSeg, cpSst;
+    int bv, wlen, wnseg; /* the walk's value columns a block and segments (chunkpar_walk) */
 };
 
 /* Bump allocation of the workspace, 256-byte aligned. */
@@ -150,6 +151,11 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
             L->cpPm = w.take(sat_mul(sat_mul(BH, nch), DK * DK * f4));
             L->cpQm = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
             if (a->mech == VLACU_VLA) L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
+            chunkpar_walk(*a, *dev, (int)L->nchunks, &L->bv, &L->wlen, &L->wnseg);
+            if (L->wnseg > 1) {
+                L->cpSeg = w.take(sat_mul(sat_mul(BH, (size_t)L->wnseg), DK * (DK + dv) * f4));
+                L->cpSst = w.take(sat_mul(sat_mul(BH, (size_t)L->wnseg), DK * dv * f4));
+            }
             if (a->A_in) {
                 L->Minv = w.take(sat_mul(BH, dk * dk * 8));
                 L->dscr = w.take(sat_mul(BH, dk * dk * 8));
@@ -296,6 +302,8 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
         cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
         cpp.Pm = (float *)(W + L.cpPm), cpp.Qm = (float *)(W + L.cpQm);
+        cpp.wlen = L.wlen, cpp.wnseg = L.wnseg;
+        if (L.wnseg > 1) cpp.Seg = (float *)(W + L.cpSeg), cpp.Sst = (float *)(W + L.cpSst);
         if (a->A_in) { /* A_in^{-1} for the Gram prefix; heads where it fails go to the engine */
             aux_params ap;
             memset(&ap, 0, sizeof ap);
@@ -306,7 +314,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
             cpp.Minv = ap.Minv;
             cpp.flags = ap.flags;
         }
-        TRY(launch_chunkpar(cpp, chunkpar_bv(*a, *dev), st));
+        TRY(launch_chunkpar(cpp, L.bv, st));
         if (a->A_in) {
             ep.mode = M_CHUNKED;
             ep.ncols = a->dv;
