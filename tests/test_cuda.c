@@ -98,7 +98,7 @@ static const cu_case cases[] = {
     {.name = "vla dk1 dv1 C4", .mech = VL, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4},
     {.name = "vla C4 T300 walk segments, states in place", .mech = VL, .B = 1, .T = 300, .H = 1, .dk = 20, .dv = 40,
      .chunk = 4, .with_states = 1, .inplace = 1},
-    {.name = "vla C8 T260 dk48 walk segments", .mech = VL, .B = 1, .T = 260, .H = 1, .dk = 48, .dv = 24, .chunk = 8},
+    {.name = "vla C4 T260 dk48 walk segments", .mech = VL, .B = 1, .T = 260, .H = 1, .dk = 48, .dv = 24, .chunk = 4},
     {.name = "vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
      .lambda0 = 1.0},
     {.name = "vla u given C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16, .with_u = 1},

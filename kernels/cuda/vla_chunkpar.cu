@@ -188,31 +188,41 @@ __device__ void cholesky64(float *G, int ldg) {
     __syncthreads();
 }
 
-/* x <- L^{-1} x for one column x of C entries in shared memory (x[t * ldx]); L lower (ld ldl),
- * unit diagonal if UNIT, else rdiag[t] = 1 / L[t][t]. Blocks of 16 rows in registers: the rows
- * above a block are applied to it first (one shared load of x per 16 FMAs), then the block is
- * solved in registers. Threads of a warp read the same L entry (a broadcast). */
-template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const float *rdiag, float *x, int ldx) {
-#pragma unroll 1
-    for (int b0 = 0; b0 < C; b0 += 16) {
-        float y[16];
+/* x <- L^{-1} x for one column x of C = 64 entries in shared memory (x[t * ldx]); L lower (ld ldl),
+ * unit diagonal if UNIT, else rdiag[t] = 1 / L[t][t]. Four threads a column (lanes 4k .. 4k+3 of
+ * a warp, each with rows 16p .. 16p+15 in registers): block b is solved by its owner, its 16
+ * values are shuffled to the owners of the blocks below, which apply them. Threads of a warp
+ * with the same p read the same L entry (a broadcast). Every lane of the calling warp must call
+ * it (full-mask shuffles). One thread a column (session 2) left 3/4 of the block idle and took
+ * ~9k cycles a solve at DK = 32. */
+template <bool UNIT> __device__ void fwd_subst4(const float *L, int ldl, const float *rdiag, float *x, int ldx) {
+    static_assert(C == 64, "four blocks of 16 rows");
+    const int p = threadIdx.x & 3, base = (threadIdx.x & 31) & ~3;
+    float y[16];
 #pragma unroll
-        for (int i = 0; i < 16; i++) y[i] = x[(b0 + i) * ldx];
-#pragma unroll 2
-        for (int r = 0; r < b0; r++) {
-            const float xr = x[r * ldx];
+    for (int i = 0; i < 16; i++) y[i] = x[(16 * p + i) * ldx];
 #pragma unroll
-            for (int i = 0; i < 16; i++) y[i] = fmaf(-L[(b0 + i) * ldl + r], xr, y[i]);
+    for (int b = 0; b < 4; b++) {
+        if (p == b) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+#pragma unroll
+                for (int r = 0; r < i; r++) y[i] = fmaf(-L[(16 * b + i) * ldl + 16 * b + r], y[r], y[i]);
+                if (!UNIT) y[i] *= rdiag[16 * b + i];
+            }
         }
+        if (b == 3) break;
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
+        for (int r = 0; r < 16; r++) {
+            const float xr = __shfl_sync(0xffffffffu, y[r], base | b);
+            if (p > b) {
 #pragma unroll
-            for (int r = 0; r < i; r++) y[i] = fmaf(-L[(b0 + i) * ldl + b0 + r], y[r], y[i]);
-            if (!UNIT) y[i] *= rdiag[b0 + i];
+                for (int i = 0; i < 16; i++) y[i] = fmaf(-L[(16 * p + i) * ldl + 16 * b + r], xr, y[i]);
+            }
         }
-#pragma unroll
-        for (int i = 0; i < 16; i++) x[(b0 + i) * ldx] = y[i];
     }
+#pragma unroll
+    for (int i = 0; i < 16; i++) x[(16 * p + i) * ldx] = y[i];
 }
 
 /* Loads rows ts .. ts+c-1 of one head of a [B, T, H, dk] tensor into dst [C][ld] (zero rows past
@@ -441,7 +451,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     __syncthreads();
     if (first) PROF(5);
     /* 6. Z = L^{-1} UA, one thread per column, in place */
-    for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
+    for (int col = threadIdx.x >> 2; col < DK; col += NT / 4) fwd_subst4<false>(G, ldc, rdiag, UA + col, ld);
     __syncthreads();
     if (first) PROF(6);
     float *Z = UA;
@@ -522,8 +532,12 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             Vs[t * ld + cc] = t < c && cc < nv ? vsrc[t * sv + v0 + cc] : 0.0f;
         }
         __syncthreads();
-        if (v0 == 0 && threadIdx.x < DK) fwd_subst<true>(G, ldc, nullptr, K + threadIdx.x, ld);
-        if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
+        { /* K's columns (first pass only), then the DK columns of V (zero past nv); four threads
+           * a column, so whole warps take a column group (DK is a multiple of 8) */
+            const int kc = v0 == 0 ? DK : 0;
+            for (int col = threadIdx.x >> 2; col < kc + DK; col += NT / 4)
+                fwd_subst4<true>(G, ldc, nullptr, col < kc ? K + col : Vs + (col - kc), ld);
+        }
         __syncthreads();
         if (v0 == 0)
             for (int e = threadIdx.x; e < c * DK; e += NT) {
@@ -609,24 +623,28 @@ template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(cons
 
     /* registers <- step jj's P and Q columns v0.. (columns < nv; Q = 0 for identity columns) */
     auto fetch = [&](int jj) {
-        const float *pg, *qg;
-        size_t pld, qld;
-        if (mode == W_SCAN) {
-            pg = P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld, pld = segld;
-            qg = pg + DK + v0, qld = segld;
-        } else {
-            pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK, pld = DK;
-            qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0, qld = dv;
-        }
+        if (mode == W_SCAN) { /* a segment map [P_seg | Q_seg], rows of DK + dv */
+            const float *pg = P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld, *qg = pg + DK + v0;
 #pragma unroll
-        for (int r = 0; r < NP; r++) {
-            const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
-            rp[r] = pg[(size_t)i * pld + k];
+            for (int r = 0; r < NP; r++) {
+                const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
+                rp[r] = pg[(size_t)i * segld + k];
+            }
+#pragma unroll
+            for (int r = 0; r < NQ; r++) {
+                const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+                rq[r] = cc < nv ? qg[(size_t)i * segld + cc] : 0.0f;
+            }
+            return;
         }
+        const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
+        const float *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
+#pragma unroll
+        for (int r = 0; r < NP; r++) rp[r] = pg[threadIdx.x + NT * r];
 #pragma unroll
         for (int r = 0; r < NQ; r++) {
             const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-            rq[r] = !pblock && cc < nv ? qg[(size_t)i * qld + cc] : 0.0f;
+            rq[r] = !pblock && cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
         }
     };
     auto stash = [&](int s) {
@@ -957,7 +975,7 @@ void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *b
     *bv = chunkpar_bv(a, dev);
     *wlen = nch > 0 ? nch : 1;
     *wnseg = 1;
-    if (nch < 32 || heads * ((a.dv + 31) / 32) * 4 > sms) return;
+    if (nch < 64 || heads * ((a.dv + 31) / 32) * 4 > sms) return; /* T = 2048 (32 chunks): slower */
     int L = (int)ceil(sqrt(nch / 2.0));
     if (L < 2) L = 2;
     *bv = 32;
