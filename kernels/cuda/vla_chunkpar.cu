@@ -188,41 +188,31 @@ __device__ void cholesky64(float *G, int ldg) {
     __syncthreads();
 }
 
-/* x <- L^{-1} x for one column x of C = 64 entries in shared memory (x[t * ldx]); L lower (ld ldl),
- * unit diagonal if UNIT, else rdiag[t] = 1 / L[t][t]. Four threads a column (lanes 4k .. 4k+3 of
- * a warp, each with rows 16p .. 16p+15 in registers): block b is solved by its owner, its 16
- * values are shuffled to the owners of the blocks below, which apply them. Threads of a warp
- * with the same p read the same L entry (a broadcast). Every lane of the calling warp must call
- * it (full-mask shuffles). One thread a column (session 2) left 3/4 of the block idle and took
- * ~9k cycles a solve at DK = 32. */
-template <bool UNIT> __device__ void fwd_subst4(const float *L, int ldl, const float *rdiag, float *x, int ldx) {
-    static_assert(C == 64, "four blocks of 16 rows");
-    const int p = threadIdx.x & 3, base = (threadIdx.x & 31) & ~3;
-    float y[16];
+/* x <- L^{-1} x for one column x of C entries in shared memory (x[t * ldx]); L lower (ld ldl),
+ * unit diagonal if UNIT, else rdiag[t] = 1 / L[t][t]. Blocks of 16 rows in registers: the rows
+ * above a block are applied to it first (one shared load of x per 16 FMAs), then the block is
+ * solved in registers. Threads of a warp read the same L entry (a broadcast). */
+template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const float *rdiag, float *x, int ldx) {
+#pragma unroll 1
+    for (int b0 = 0; b0 < C; b0 += 16) {
+        float y[16];
 #pragma unroll
-    for (int i = 0; i < 16; i++) y[i] = x[(16 * p + i) * ldx];
+        for (int i = 0; i < 16; i++) y[i] = x[(b0 + i) * ldx];
+#pragma unroll 2
+        for (int r = 0; r < b0; r++) {
+            const float xr = x[r * ldx];
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
-        if (p == b) {
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-#pragma unroll
-                for (int r = 0; r < i; r++) y[i] = fmaf(-L[(16 * b + i) * ldl + 16 * b + r], y[r], y[i]);
-                if (!UNIT) y[i] *= rdiag[16 * b + i];
-            }
+            for (int i = 0; i < 16; i++) y[i] = fmaf(-L[(b0 + i) * ldl + r], xr, y[i]);
         }
-        if (b == 3) break;
 #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const float xr = __shfl_sync(0xffffffffu, y[r], base | b);
-            if (p > b) {
+        for (int i = 0; i < 16; i++) {
 #pragma unroll
-                for (int i = 0; i < 16; i++) y[i] = fmaf(-L[(16 * p + i) * ldl + 16 * b + r], xr, y[i]);
-            }
+            for (int r = 0; r < i; r++) y[i] = fmaf(-L[(b0 + i) * ldl + b0 + r], y[r], y[i]);
+            if (!UNIT) y[i] *= rdiag[b0 + i];
         }
+#pragma unroll
+        for (int i = 0; i < 16; i++) x[(b0 + i) * ldx] = y[i];
     }
-#pragma unroll
-    for (int i = 0; i < 16; i++) x[(16 * p + i) * ldx] = y[i];
 }
 
 /* Loads rows ts .. ts+c-1 of one head of a [B, T, H, dk] tensor into dst [C][ld] (zero rows past
@@ -451,7 +441,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     __syncthreads();
     if (first) PROF(5);
     /* 6. Z = L^{-1} UA, one thread per column, in place */
-    for (int col = threadIdx.x >> 2; col < DK; col += NT / 4) fwd_subst4<false>(G, ldc, rdiag, UA + col, ld);
+    for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
     __syncthreads();
     if (first) PROF(6);
     float *Z = UA;
@@ -532,12 +522,8 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             Vs[t * ld + cc] = t < c && cc < nv ? vsrc[t * sv + v0 + cc] : 0.0f;
         }
         __syncthreads();
-        { /* K's columns (first pass only), then the DK columns of V (zero past nv); four threads
-           * a column, so whole warps take a column group (DK is a multiple of 8) */
-            const int kc = v0 == 0 ? DK : 0;
-            for (int col = threadIdx.x >> 2; col < kc + DK; col += NT / 4)
-                fwd_subst4<true>(G, ldc, nullptr, col < kc ? K + col : Vs + (col - kc), ld);
-        }
+        if (v0 == 0 && threadIdx.x < DK) fwd_subst<true>(G, ldc, nullptr, K + threadIdx.x, ld);
+        if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
         __syncthreads();
         if (v0 == 0)
             for (int e = threadIdx.x; e < c * DK; e += NT) {
@@ -596,12 +582,15 @@ template <int DK, int BV> struct walk_smem {
     static constexpr size_t bytes = (size_t)2 * ((size_t)DK * ld + 2 * (size_t)DK * ldv) * 4;
 };
 
-template <int DK, int BV> __global__ void __launch_bounds__(NT) walk_kernel(const cp_params P) {
+/* MODE is a template argument so that W_PLAIN compiles to the plain walk with no test of the mode
+ * (with a runtime mode, one profile at (1,4,32) T = 2048 counted 50.8k cycles for the 32 steps of
+ * a block, against 34.6k before). */
+template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef walk_smem<DK, BV> S;
-    constexpr int ld = S::ld, ldv = S::ldv;
+    constexpr int ld = S::ld, ldv = S::ldv, mode = MODE;
     const vlacu_args &a = P.a;
-    const int mode = P.wmode, dk = a.dk, dv = a.dv, nvb = (dv + BV - 1) / BV;
+    const int dk = a.dk, dv = a.dv, nvb = (dv + BV - 1) / BV;
     const int ncb = mode == W_MAP ? DK / BV + nvb : nvb; /* column blocks */
     const int nsg = mode == W_MAP || mode == W_LOCAL ? P.wnseg : 1;
     const int g = blockIdx.x % nsg, cb = (blockIdx.x / nsg) % ncb, bh = blockIdx.x / nsg / ncb;
@@ -820,7 +809,7 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
 
 /* ---- host side ---- */
 
-static std::atomic<size_t> smem_set[12][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[18][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -873,7 +862,7 @@ struct ktimer {
 
 template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned BH = (unsigned)(P.a.B * P.a.H), nch = (unsigned)P.nch;
-    const int slot = DK == 32 ? 0 : 6;
+    const int slot = DK == 32 ? 0 : 6, slot2 = DK == 32 ? 12 : 15; /* smem_set slots of this DK's kernels */
     cudaError_t e;
     ktimer kt;
     kt.start(st);
@@ -901,24 +890,23 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("apart", st);
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
-    const kfn kc = bv == 8 ? walk_kernel<DK, 8> : bv == 16 ? walk_kernel<DK, 16> : walk_kernel<DK, 32>;
-    const size_t sc = bv == 8 ? walk_smem<DK, 8>::bytes : bv == 16 ? walk_smem<DK, 16>::bytes : walk_smem<DK, 32>::bytes;
-    if ((e = raise(slot + (bv == 8 ? 1 : bv == 16 ? 2 : 5), kc, sc)) != cudaSuccess) return e;
-    if (P.wnseg > 1) { /* segments: their maps, the scan over them, then each segment's walk */
+    if (P.wnseg > 1) { /* segments (bv = 32): their maps, the scan over them, each segment's walk */
         const unsigned ns = (unsigned)P.wnseg;
-        cp_params Pw = PP;
-        Pw.wmode = W_MAP;
-        VLACU_LAUNCH(kc, BH * ((unsigned)(DK / bv) + nvb) * ns, NT, sc, st, Pw);
+        const size_t sc = walk_smem<DK, 32>::bytes;
+        const kfn km = walk_kernel<DK, 32, W_MAP>, ks = walk_kernel<DK, 32, W_SCAN>, kl = walk_kernel<DK, 32, W_LOCAL>;
+        if ((e = raise(slot2, km, sc)) != cudaSuccess || (e = raise(slot2 + 1, ks, sc)) != cudaSuccess ||
+            (e = raise(slot2 + 2, kl, sc)) != cudaSuccess)
+            return e;
+        VLACU_LAUNCH(km, BH * ((unsigned)(DK / 32) + nvb) * ns, NT, sc, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        Pw.wmode = W_SCAN;
-        VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, Pw);
+        VLACU_LAUNCH(ks, BH * nvb, NT, sc, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        Pw.wmode = W_LOCAL;
-        VLACU_LAUNCH(kc, BH * nvb * ns, NT, sc, st, Pw);
+        VLACU_LAUNCH(kl, BH * nvb * ns, NT, sc, st, PP);
     } else {
-        cp_params Pw = PP;
-        Pw.wmode = W_PLAIN;
-        VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, Pw);
+        const kfn kc = bv == 8 ? walk_kernel<DK, 8, W_PLAIN> : bv == 16 ? walk_kernel<DK, 16, W_PLAIN> : walk_kernel<DK, 32, W_PLAIN>;
+        const size_t sc = bv == 8 ? walk_smem<DK, 8>::bytes : bv == 16 ? walk_smem<DK, 16>::bytes : walk_smem<DK, 32>::bytes;
+        if ((e = raise(slot + (bv == 8 ? 1 : bv == 16 ? 2 : 5), kc, sc)) != cudaSuccess) return e;
+        VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, PP);
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("walk", st);
@@ -943,7 +931,7 @@ template <void (*K)(const cp_params)> static size_t static_of() {
 
 template <int DK> static size_t max_smem(int dv) {
     size_t m = cp::apart_smem<DK>::bytes + static_of<cp::apart_kernel<DK>>();
-    const size_t w = cp::walk_smem<DK, 16>::bytes + static_of<cp::walk_kernel<DK, 16>>();
+    const size_t w = cp::walk_smem<DK, 16>::bytes + static_of<cp::walk_kernel<DK, 16, cp::W_PLAIN>>();
     const size_t o = dv <= 32 ? cp::output_smem<DK, 32>::bytes + static_of<cp::output_kernel<DK, 32>>()
                               : cp::output_smem<DK, 64>::bytes + static_of<cp::output_kernel<DK, 64>>();
     if (w > m) m = w;
@@ -966,6 +954,12 @@ bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev) {
            chunkpar_max_smem(a) <= dev.smem_optin;
 }
 
+/* Shared memory (dynamic + static) of a walk block on 32 value columns. */
+static size_t chunkpar_walk32_smem(const vlacu_args &a) {
+    return chunkpar_dk(a) == 32 ? cp::walk_smem<32, 32>::bytes + static_of<cp::walk_kernel<32, 32, cp::W_MAP>>()
+                                : cp::walk_smem<64, 32>::bytes + static_of<cp::walk_kernel<64, 32, cp::W_MAP>>();
+}
+
 /* The walk's segments: when the heads' value blocks leave most multiprocessors idle and there
  * are enough chunks, segments of wlen ~ sqrt(nch / 2) chunks (2 wlen + nch / wlen steps a head,
  * the fewest), on 32 value columns a block (the segments give the parallelism). Else one
@@ -975,7 +969,8 @@ void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *b
     *bv = chunkpar_bv(a, dev);
     *wlen = nch > 0 ? nch : 1;
     *wnseg = 1;
-    if (nch < 64 || heads * ((a.dv + 31) / 32) * 4 > sms) return; /* T = 2048 (32 chunks): slower */
+    if (nch < 64 || heads * ((a.dv + 31) / 32) * 4 > sms || chunkpar_walk32_smem(a) > dev.smem_optin)
+        return; /* (from 32 chunks it was slower at T = 2048) */
     int L = (int)ceil(sqrt(nch / 2.0));
     if (L < 2) L = 2;
     *bv = 32;
@@ -988,8 +983,7 @@ int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
      * (fewer shared loads per FMA), else 16 when that gives two, else 8: the walk is the
      * sequential part, and narrower blocks step faster. */
     const long long heads = (long long)a.B * a.H, sms = dev.sm_count > 0 ? dev.sm_count : 1;
-    const size_t b32 = chunkpar_dk(a) == 32 ? cp::walk_smem<32, 32>::bytes + static_of<cp::walk_kernel<32, 32>>()
-                                            : cp::walk_smem<64, 32>::bytes + static_of<cp::walk_kernel<64, 32>>();
+    const size_t b32 = chunkpar_walk32_smem(a);
     if (heads * ((a.dv + 31) / 32) >= sms && a.dv > 16 && b32 <= dev.smem_optin) return 32;
     return heads * ((a.dv + 15) / 16) >= 2 * sms ? 16 : 8;
 }

@@ -88,7 +88,6 @@ struct cp_params {
     float *Pm, *Qm;     /* [BH][nch][DK*DK], [BH][nch][DK][dv]: chunk maps X_end = P X + Q */
     float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
     float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
-    int wmode;          /* the walk kernel's role (W_PLAIN, W_MAP, W_SCAN, W_LOCAL), set by run() */
     int wlen, wnseg;    /* the walk's segments: wlen chunks each, wnseg of them (1: no split) */
     float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
     float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
