@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The decode step on the H200 (vla_seq_regs.cu), in one device call: sm_90 build, test_cuda's
-# decode and streaming cases, bench_cuda_targets --only decode for A loaded through shared memory
-# (default) and straight into registers (VLA_CUDA_SEQREGS_DIRECT=1), Nsight Compute on one VLA
-# decode launch of each, and compute-sanitizer racecheck over vla-check's sequential cases.
+# decode and streaming cases, bench_cuda_targets --only decode, Nsight Compute on one VLA decode
+# launch, and compute-sanitizer racecheck over vla-check's sequential cases.
+# Run at commit d8696b7 for benchmarks/results/2026-11-30-h200-session3/run2-decode-ab/, where the
+# kernel still had a second form (A loaded straight into registers) chosen by
+# VLA_CUDA_SEQREGS_DIRECT=1: the "direct" pass. That form was removed after the run (it was
+# slower), so on later commits both passes time the same kernel.
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_decode.sh   (logs in $OUT)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -105,7 +105,7 @@ END {
             notes = notes "\\n" name ": below softmax from T ≈ " fmt_t(tc) ref
         }
         title = sprintf("libvla forward latency and throughput vs T: %s (%s), B=%s H=%s dk=dv=%s", backend, device, shape_B[s], shape_H[s], shape_d[s])
-        gsub(/"/, "", title)
+        gsub(/"/, "", title); gsub(/_/, "\\\\\\\\_", title) # enhanced text: "_" would subscript
         print "set encoding utf8" > g
         if (!soft) notes = "\\n(no softmax series: no crossover)"
         print "set multiplot layout 1,2 title \"" title "\\ncrossover with softmax, each linear-time mechanism'"'"'s fastest algorithm (dotted vertical lines):" notes "\" font \",12\" margins 0.06,0.985,0.2,0.8 spacing 0.07,0" > g

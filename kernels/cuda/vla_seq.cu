@@ -1,7 +1,7 @@
 /* VLA-MATH 2.1, the recurrent form of every mechanism but softmax: one block per head walks
- * the tokens in order. This is also the decode path (T = 1 with carried states), so the whole
- * call is this one launch: feature maps, normalisations, states in and out, and the output
- * normaliser are fused in.
+ * the tokens in order. For dk or dv > 64 only: smaller states (and so the usual decode step)
+ * run vla_seq_regs.cu. The whole call is this one launch: feature maps, normalisations, states
+ * in and out, and the output normaliser are fused in.
  *
  * Per token (S stored transposed as X [dk, dv]):
  *   vla     A recurrence in double (as cpu_vla.c: float32 drifts over long T) -> a;
