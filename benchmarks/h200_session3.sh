@@ -5,7 +5,7 @@
 #      same run), with the decode step's host share;
 #   3. vla-bench --backend cuda over T = 512..32768 at B=1 H=4 d=32 (the scaling plot);
 #   4. compute-sanitizer memcheck over vla-check's CUDA cases, racecheck over its sequential and
-#      chunked ones (every mechanism);
+#      chunked ones (every mechanism; VLA_RACECHECK_ALGOS="chunked" for the chunked ones only);
 #   5. with VLA_PROFILE_SHAPES set, benchmarks/h200_profile.sh (per-kernel times) for those shapes.
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_session3.sh
 # Writes $OUT/summary.txt, $OUT/bench_cuda.md and $OUT/all.tar.gz (every log).
@@ -34,7 +34,7 @@ timeout 60 "$B/tools/vla-bench" --backend cuda -T 512,1024,2048,4096,8192,16384,
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda \
   > "$W/sanitizer-memcheck.txt" 2>&1
 log "compute-sanitizer memcheck (every case) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-memcheck.txt" | tail -n 1)"
-for algo in sequential chunked; do # racecheck over every case takes more than 100 s
+for algo in ${VLA_RACECHECK_ALGOS:-sequential chunked}; do # racecheck over every case takes more than 100 s
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda --algo $algo \
     > "$W/sanitizer-racecheck-$algo.txt" 2>&1
   log "compute-sanitizer racecheck ($algo) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-racecheck-$algo.txt" | tail -n 1)"

@@ -16,7 +16,7 @@
  *     O = Q~ X_j + tril(Q~ Al^T)(Y - W X_j).
  *
  * Kernels (one-dimensional grids):
- *   cp_gram    [BH x (nseg-1)]   U^T U over segment g's chunks -> Md slot g+1 (double)
+ *   cp_gram    [BH x (nseg-1) x gparts]   U^T U over a part of segment g's chunks -> Gp (double)
  *   cp_prefix  [BH x DK^2/256]   slot g <- A_0^{-1} + slots 1..g  (then M_g = A_g^{-1})
  *   cp_apart   [BH x nseg]       A at the segment start = M_g^{-1}, carried over its chunks; per
  *                                chunk a_t -> Al, W, Y, and the map P, Q
@@ -38,6 +38,7 @@ namespace cp {
 
 constexpr int NT = 256; /* threads of every kernel here */
 constexpr int C = 64;   /* rows of a chunk block */
+constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most */
 
 
 #ifdef VLA_CUDA_EMU
@@ -278,32 +279,39 @@ __device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float 
 
 __device__ __forceinline__ bool head_skipped(const cp_params &P, int bh) { return P.flags && P.flags[bh]; }
 
-/* ---- cp_gram: the Gram sum U^T U of segment g's chunks (g < nseg - 1) into slot g + 1 ---- */
+/* ---- cp_gram: the Gram sum U^T U of part p of segment g's chunks (g < nseg - 1) into Gp. A
+ * segment's chunks are split over gparts blocks (at most GRAM_SUB chunks each): each chunk is a
+ * row load, a normalisation and a 64-deep product behind a barrier, several microseconds of
+ * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768). ---- */
 template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
-    const int per = P.nseg - 1, bh = blockIdx.x / per, g = blockIdx.x % per;
+    const int per = P.nseg - 1, p = blockIdx.x % P.gparts, g = blockIdx.x / P.gparts % per;
+    const int bh = blockIdx.x / P.gparts / per;
     if (head_skipped(P, bh)) return;
-    const int b = bh / a.H, h = bh % a.H, j1 = imin((g + 1) * P.seg, P.nch);
+    const int sub = (P.seg + P.gparts - 1) / P.gparts;
+    const int b = bh / a.H, h = bh % a.H, j0 = g * P.seg + p * sub;
+    const int j1 = imin(imin(j0 + sub, (g + 1) * P.seg), P.nch);
     const int ld = DK + 1;
     float *U = (float *)smem; /* [C][ld] */
     typedef tiling<DK, DK> tl;
     float acc[tl::RM][tl::RN];
     zero<DK, DK>(acc);
-    for (int j = g * P.seg; j < j1; j++) {
+    for (int j = j0; j < j1; j++) {
         const int ts = j * P.C, c = imin(P.C, a.T - ts);
         load_uk<DK>(a, b, h, ts, c, U, nullptr, ld);
         mm<DK, DK, C, true, false>(U, ld, U, ld, acc);
         __syncthreads(); /* U is read before the next chunk's rows land */
     }
-    double *dst = P.Md + ((size_t)bh * P.nseg + g + 1) * DK * DK;
+    double *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
 #pragma unroll
     for (int i = 0; i < tl::RM; i++)
 #pragma unroll
         for (int jj = 0; jj < tl::RN; jj++) dst[tl::row(i) * DK + tl::col(jj)] = (double)acc[i][jj];
 }
 
-/* ---- cp_prefix: slot g <- M_0 + slots 1..g, one thread per matrix entry, 16 loads in flight ---- */
+/* ---- cp_prefix: Md slot g <- M_0 + the Gram parts of segments 0..g-1, one thread per matrix
+ * entry, 16 loads in flight ---- */
 template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
     const vlacu_args &a = P.a;
     constexpr int per = DK * DK / NT;
@@ -315,16 +323,18 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
     else if (P.Minv) acc = P.Minv[(size_t)bh * dk * dk + i * dk + jj];
     else acc = i == jj ? 1.0 / (double)(float)(1.0 / a.lambda0) : 0.0;
     double *s = P.Md + (size_t)bh * P.nseg * DK * DK + e;
+    const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + e;
+    const int nq = (P.nseg - 1) * P.gparts; /* parts in segment order */
     constexpr int U = 16;
-    for (int j0 = 1; j0 < P.nseg; j0 += U) {
+    for (int q0 = 0; q0 < nq; q0 += U) {
         double x[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) x[u] = j0 + u < P.nseg ? s[(size_t)(j0 + u) * DK * DK] : 0.0;
+        for (int u = 0; u < U; u++) x[u] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK] : 0.0;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u < P.nseg) {
+            if (q0 + u < nq) {
                 acc += x[u];
-                s[(size_t)(j0 + u) * DK * DK] = acc;
+                if ((q0 + u + 1) % P.gparts == 0) s[(size_t)((q0 + u + 1) / P.gparts) * DK * DK] = acc;
             }
     }
 }
@@ -877,7 +887,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
-        VLACU_LAUNCH(kg, BH * (nseg - 1), NT, (size_t)C * (DK + 1) * 4, st, PP);
+        VLACU_LAUNCH(kg, BH * (nseg - 1) * (unsigned)P.gparts, NT, (size_t)C * (DK + 1) * 4, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         kt.mark("gram", st);
         VLACU_LAUNCH(kp, BH * (DK * DK / NT), NT, 0, st, PP);
@@ -1013,6 +1023,8 @@ int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
     }
     return best;
 }
+
+int chunkpar_gram_parts(int seg) { return (seg + cp::GRAM_SUB - 1) / cp::GRAM_SUB; }
 
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st) {
     return chunkpar_dk(p.a) == 32 ? cp::run<32>(p, bv, st) : cp::run<64>(p, bv, st);

@@ -80,7 +80,9 @@ struct cp_params {
     int nch;            /* chunks per head (R = 0: chunk j is tokens j*C .. min(j*C + C, T) - 1) */
     int C;              /* chunk length, <= 64 */
     int seg, nseg;      /* chunks a segment (one block of the A part), segments per head */
-    double *Md;         /* [BH][nseg][DK*DK] segment Grams, then M_g = (A at segment g's start)^{-1} */
+    double *Md;         /* [BH][nseg][DK*DK] M_g = (A at segment g's start)^{-1} (slots g >= 1) */
+    double *Gp;         /* [BH][nseg-1][gparts][DK*DK] Gram sums of the parts of each segment */
+    int gparts;         /* gram_kernel blocks a segment (chunkpar_gram_parts) */
     const double *Minv; /* [BH][dk*dk] A_in^{-1} (double), or null without A_in */
     const int *flags;   /* [BH] 1: A_in is not positive definite, the engine does the head; or null */
     float *Al, *W;      /* [BH][T][DK] a_t rows; W rows */
@@ -99,6 +101,7 @@ int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev);
 void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *bv, int *wlen, int *wnseg);
 int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch);
+int chunkpar_gram_parts(int seg);
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st);
 
 /* ---- sequential (vla_seq.cu) ---- */

@@ -91,7 +91,7 @@ struct layout {
     size_t tile_smem;
     size_t engine_smem_max;
     bool cp; /* the chunk-parallel form (vla_chunkpar.cu) */
-    size_t cpMd, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm, cpSeg, cpSst;
+    size_t cpMd, cpGp, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm, cpSeg, cpSst;
     int bv, wlen, wnseg; /* the walk's value columns a block and segments (chunkpar_walk) */
 };
 
@@ -143,7 +143,11 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
             const size_t DK = (size_t)chunkpar_dk(*a), nch = (size_t)L->nchunks;
             L->seg = chunkpar_seg(*a, *dev, (int)L->nchunks);
             L->nseg = (int)((L->nchunks + L->seg - 1) / L->seg);
-            if (a->mech == VLACU_VLA) L->cpMd = w.take(sat_mul(sat_mul(BH, (size_t)L->nseg), DK * DK * 8));
+            if (a->mech == VLACU_VLA) {
+                L->cpMd = w.take(sat_mul(sat_mul(BH, (size_t)L->nseg), DK * DK * 8));
+                if (L->nseg > 1)
+                    L->cpGp = w.take(sat_mul(sat_mul(BH, (size_t)(L->nseg - 1) * chunkpar_gram_parts(L->seg)), DK * DK * 8));
+            }
             L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
             L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
@@ -299,6 +303,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.C = L.cmax;
         cpp.seg = L.seg, cpp.nseg = L.nseg;
         cpp.Md = (double *)(W + L.cpMd);
+        cpp.Gp = (double *)(W + L.cpGp), cpp.gparts = chunkpar_gram_parts(L.seg);
         cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
         cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
         cpp.Pm = (float *)(W + L.cpPm), cpp.Qm = (float *)(W + L.cpQm);
