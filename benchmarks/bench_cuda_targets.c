@@ -159,6 +159,11 @@ static count count_of(vla_mechanism m, vla_algorithm a, double T, double K, doub
         r.flop = 2 * (T * (T + 1) / 2) * (K + V);
         r.bytes = io;
         r.formula = "2*T(T+1)/2*(K+V)  ; 4T(2K+2V)";
+    } else if (m != VLA_MECH_VLA && a == VLA_ALGO_SEQUENTIAL) {
+        /* per token: linear S += k v^T, o = S^T q (2KV); delta also y = S^T k (3KV) */
+        r.flop = 2 * T * (m == VLA_MECH_LINEAR ? 2 : 3) * K * V;
+        r.bytes = io + 4 * (K * V + (m == VLA_MECH_LINEAR ? K : 0));
+        r.formula = m == VLA_MECH_LINEAR ? "2*T*2KV  ; 4T(2K+2V) + 4(KV+K)" : "2*T*3KV  ; 4T(2K+2V) + 4KV";
     } else if (m == VLA_MECH_LINEAR) {
         r.flop = 2 * nc * (2 * C * K * V + C * C * (K + V));
         r.bytes = io + 4 * (K * V + K);
@@ -365,7 +370,9 @@ static void run_decode(vla_mechanism m) {
     r->flop = c.flop;
     /* per step: S (and A) read and written, q k v read, o written */
     r->bytes = (double)B * H * 4 * (2.0 * d * d * (m == VLA_MECH_VLA ? 2 : 1) + 4 * d);
-    r->formula = "per step: 2(3K^2+3KV)  ; 4(2KV + 2K^2 + 2K+2V) per head";
+    r->formula = m == VLA_MECH_VLA ? "per step: 2(3K^2+3KV)  ; 4(2KV + 2K^2 + 2K+2V) per head"
+                 : m == VLA_MECH_LINEAR ? "per step: 2*2KV  ; 4(2KV + 2K+2V) per head (n left out)"
+                                        : "per step: 2*3KV  ; 4(2KV + 2K+2V) per head";
     shape s = {B, H, d, 1, 0};
     inputs in;
     if (make_inputs(&s, &in) != 0) {
