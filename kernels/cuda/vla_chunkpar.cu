@@ -1,4 +1,5 @@
-/* Chunk-parallel VLA: the CUDA backend's `chunked` algorithm for R = 0 and dk <= 64.
+/* Chunk-parallel VLA: the CUDA backend's `chunked` algorithm for R = 0 and dk <= 64 (also linear
+ * attention and DeltaNet without g: the S part alone, no A part).
  *
  * VLA-MATH 2.3 carries (A, S) chunk to chunk, so one block per head walks every chunk in turn
  * and most of the device idles (the engine in vla_engine.cu still does that for R > 0, dk > 64
@@ -17,10 +18,11 @@
  *
  * Kernels (one-dimensional grids):
  *   cp_gram    [BH x (nseg-1) x gparts]   U^T U over a part of segment g's chunks -> Gp (double)
- *   cp_prefix  [BH x DK^2/256]   slot g <- A_0^{-1} + slots 1..g  (then M_g = A_g^{-1})
+ *   cp_prefix  [BH x DK^2/256]   Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1})
  *   cp_apart   [BH x nseg]       A at the segment start = M_g^{-1}, carried over its chunks; per
  *                                chunk a_t -> Al, W, Y, and the map P, Q
- *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out
+ *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out (with few heads
+ *                                and many chunks: three launches over segments, see walk_kernel)
  *   cp_output  [BH x nch]        o
  * DK is dk padded to 32 or 64 with zeros: padded key coordinates stay 0 in every product, and
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
