@@ -30,6 +30,7 @@
  * All products are float32 (FMA); the Gram prefix and the inversion are double, as the
  * two-level form's (float32 prefix sums drift over long T). */
 #include "vla_kernels.cuh"
+#include "vla_mma.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,6 @@
 namespace vlacu {
 namespace cp {
 
-constexpr int NT = 256; /* threads of every kernel here */
 constexpr int C = 64;   /* rows of a chunk block */
 constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most */
 
@@ -47,84 +47,33 @@ constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #endif
 
-/* Thread tiling of an M x N block product over NT threads: TX threads along the columns, TY
- * along the rows; thread (tx, ty) owns rows ty + TY*i (i < RM) and columns tx + TX*j (j < RN).
- * A warp then reads 2 (or 1) rows of a row-major left operand (broadcast) and TX consecutive
- * columns of the right one: with odd leading dimensions no access has a bank conflict. */
-template <int M, int N> struct tiling {
-    static constexpr int TX = N >= 16 ? 16 : N;
-    static constexpr int TY = NT / TX;
-    static constexpr int RM = M / TY, RN = N / TX;
-    static_assert(RM >= 1 && RM * TY == M && RN * TX == N, "M and N must tile NT threads");
-    static __device__ __forceinline__ int row(int i) { return (int)threadIdx.x / TX + TY * i; }
-    static __device__ __forceinline__ int col(int j) { return (int)threadIdx.x % TX + TX * j; }
-};
-
-/* acc[i][j] += sum_{p < K} op(A)(row i, p) op(B)(p, col j);
- * op(A)(r, p) = TA ? A[p*lda + r] : A[r*lda + p];  op(B)(p, c) = TB ? B[c*ldb + p] : B[p*ldb + c].
- * With fewer than 4 outputs a thread, KS interleaved partial sums keep several FMAs (and their
- * shared loads) in flight instead of one dependent chain. */
-template <int M, int N, int K, bool TA, bool TB>
-__device__ __forceinline__ void mm(const float *A, int lda, const float *B, int ldb,
-                                   float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
-    typedef tiling<M, N> tl;
-    constexpr int KS = tl::RM * tl::RN >= 4 ? 1 : 4 / (tl::RM * tl::RN);
-    static_assert(K % KS == 0, "K must split");
-    float part[KS][tl::RM][tl::RN];
-#pragma unroll
-    for (int s = 0; s < KS; s++)
-#pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int j = 0; j < tl::RN; j++) part[s][i][j] = s == 0 ? acc[i][j] : 0.0f;
-#pragma unroll 2
-    for (int p0 = 0; p0 < K; p0 += KS) {
-#pragma unroll
-        for (int s = 0; s < KS; s++) {
-            const int p = p0 + s;
-            float x[tl::RM], y[tl::RN];
-#pragma unroll
-            for (int i = 0; i < tl::RM; i++) x[i] = TA ? A[p * lda + tl::row(i)] : A[tl::row(i) * lda + p];
-#pragma unroll
-            for (int j = 0; j < tl::RN; j++) y[j] = TB ? B[tl::col(j) * ldb + p] : B[p * ldb + tl::col(j)];
-#pragma unroll
-            for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-                for (int j = 0; j < tl::RN; j++) part[s][i][j] = fmaf(x[i], y[j], part[s][i][j]);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-        for (int j = 0; j < tl::RN; j++) {
-            float t = part[0][i][j];
-#pragma unroll
-            for (int s = 1; s < KS; s++) t += part[s][i][j];
-            acc[i][j] = t;
-        }
-}
-
-template <int M, int N> __device__ __forceinline__ void zero(float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
-#pragma unroll
-    for (int i = 0; i < tiling<M, N>::RM; i++)
-#pragma unroll
-        for (int j = 0; j < tiling<M, N>::RN; j++) acc[i][j] = 0.0f;
-}
-
 /* In-place inverse of the N x N matrix at a (row-major, ld N) by Gauss-Jordan elimination without
  * pivoting (exact for symmetric positive definite matrices: every pivot is a Schur complement's
  * diagonal, > 0), ping-ponging between a and b; one barrier per column. Returns the buffer that
  * holds the inverse. A non-positive or NaN pivot gives non-finite entries, which then show in
  * every output of the chunk. */
 template <int N> __device__ double *gj_inverse(double *a, double *b) {
+    constexpr int PER = N * N / NT; /* entries a thread: 16 at N = 64, 4 at N = 32 */
+    static_assert(PER * NT == N * N, "N x N must split over NT threads");
     for (int k = 0; k < N; k++) {
+        /* every load of the step before any store to b (the compiler cannot tell a from b: a
+         * store-then-load order costs a memory round trip an entry), the pivot's reciprocal
+         * computed while they land */
+        double akj[PER], aik[PER], ae[PER];
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int e = threadIdx.x + NT * u, i = e / N, j = e - i * N;
+            akj[u] = a[k * N + j];
+            aik[u] = a[i * N + k];
+            ae[u] = a[e];
+        }
         const double rp = 1.0 / a[k * N + k];
-        for (int e = threadIdx.x; e < N * N; e += NT) {
-            const int i = e / N, j = e - i * N;
-            const double akj = a[k * N + j], aik = a[i * N + k];
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int e = threadIdx.x + NT * u, i = e / N, j = e - i * N;
             double v;
-            if (i == k) v = j == k ? rp : akj * rp;
-            else v = j == k ? -aik * rp : fma(-aik, akj * rp, a[e]);
+            if (i == k) v = j == k ? rp : akj[u] * rp;
+            else v = j == k ? -aik[u] * rp : fma(-aik[u], akj[u] * rp, ae[u]);
             b[e] = v;
         }
         __syncthreads();
@@ -218,20 +167,108 @@ template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const fl
     }
 }
 
+/* dst[t * ld + i] <- f(t, i) for t < R, i < COLS, R * COLS / NT entries a thread: every load is
+ * issued before any store. (Written as one loop, each shared store waited for its global load in
+ * turn, the compiler not knowing that the two never overlap: 16 memory latencies a chunk, most
+ * of the 18.5k cycles that loading U and K took at dk = 64.) No barrier. */
+template <int R, int COLS, typename F> __device__ __forceinline__ void stage(float *dst, int ld, F f) {
+    constexpr int PER = R * COLS / NT;
+    static_assert(PER * NT == R * COLS, "R x COLS must split over NT threads");
+    float x[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int e = (int)threadIdx.x + NT * u, t = e / COLS, i = e - t * COLS;
+        x[u] = f(t, i);
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int e = (int)threadIdx.x + NT * u, t = e / COLS, i = e - t * COLS;
+        dst[t * ld + i] = x[u];
+    }
+}
+
+#if VLA_CP_TC
+/* G (C x C, ld ldg) holds a strictly lower Lw, zero elsewhere: G <- T = (I + Lw)^{-1} (unit lower),
+ * so that the chunk's W and Y solves become tensor-core products. By blocks of 16: warps 0..3
+ * invert the diagonal blocks D_b (lane j solves column j in registers); then row blocks i = 1, 2,
+ * 3 in turn: M = Lw_{i,<i} T_{<i,<i} (into scr, 16 x 48, ld lds), and T_{i,<i} = -D_i M. (The
+ * one-thread-a-column substitution this replaces was a chain of C^2 / 2 dependent FMAs a thread:
+ * 20-45k cycles a chunk.) Ends with a barrier. */
+__device__ void unit_lower_inverse(float *G, int ldg, float *scr, int lds) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    if (warp < C / 16) {
+        float *Db = G + 16 * warp * ldg + 16 * warp;
+        const int j = lane & 15;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float acc = i == j ? 1.0f : 0.0f;
+#pragma unroll
+            for (int r = 0; r < i; r++) acc = fmaf(-Db[i * ldg + r], x[r], acc);
+            x[i] = i < j ? 0.0f : acc;
+        }
+        __syncwarp(); /* every lane has read the block before any writes it */
+        if (lane < 16)
+#pragma unroll
+            for (int i = 0; i < 16; i++) Db[i * ldg + j] = x[i];
+    }
+    __syncthreads();
+    for (int i = 1; i < C / 16; i++) {
+        const int r0 = 16 * i;
+        if (warp < 2 * i) { /* column tile warp of M: 16 x 8, depth 16 i */
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            warp_mma(G + r0 * ldg, ldg, G + 8 * warp, ldg, r0, d);
+#pragma unroll
+            for (int q = 0; q < 4; q++) scr[(g + (q >> 1) * 8) * lds + 8 * warp + 2 * t + (q & 1)] = d[q];
+        }
+        __syncthreads();
+        if (warp < 2 * i) {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            warp_mma(G + r0 * ldg + r0, ldg, scr + 8 * warp, lds, 16, d);
+#pragma unroll
+            for (int q = 0; q < 4; q++) G[(r0 + g + (q >> 1) * 8) * ldg + 8 * warp + 2 * t + (q & 1)] = -d[q];
+        }
+        __syncthreads();
+    }
+}
+#endif
+
 /* Loads rows ts .. ts+c-1 of one head of a [B, T, H, dk] tensor into dst [C][ld] (zero rows past
  * c, zero columns past dk), elu+1 applied when elu1. No barrier. */
+/* dst[t * ld + i] <- src[t * stride + i] (elu+1 applied when elu1) for t < c, i < cols, zero
+ * elsewhere in R x COLS, as stage() does: each thread keeps one column and steps rows by NT / COLS
+ * from one base pointer (a pointer per load, as a generic stage() lambda gives, spilled registers
+ * in apart_kernel). No barrier. */
+template <int R, int COLS>
+__device__ __forceinline__ void stage_rows(float *dst, int ld, const float *src, size_t stride, int c, int cols,
+                                           bool elu1 = false) {
+    static_assert(NT % COLS == 0 && R % (NT / COLS) == 0, "rows must split over NT threads");
+    constexpr int PER = R * COLS / NT, RSTEP = NT / COLS;
+    const int i = (int)threadIdx.x % COLS, t0 = (int)threadIdx.x / COLS;
+    const float *p = src + (size_t)t0 * stride + i;
+#if !VLA_CP_TC /* sm_75: one load at a time (batched, apart_kernel<32> spilled registers there) */
+#pragma unroll 1
+    for (int u = 0; u < PER; u++) {
+        const bool in = t0 + RSTEP * u < c && i < cols;
+        const float x = in ? p[(size_t)(RSTEP * u) * stride] : 0.0f;
+        dst[(t0 + RSTEP * u) * ld + i] = elu1 && in ? elu1f(x) : x;
+    }
+#else
+    float x[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) x[u] = t0 + RSTEP * u < c && i < cols ? p[(size_t)(RSTEP * u) * stride] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const bool in = t0 + RSTEP * u < c && i < cols;
+        dst[(t0 + RSTEP * u) * ld + i] = elu1 && in ? elu1f(x[u]) : x[u];
+    }
+#endif
+}
+
 template <int DK>
 __device__ __forceinline__ void load_rows(const float *src, const vlacu_args &a, int b, int h, int ts, int c, bool elu1,
                                           float *dst, int ld) {
-    for (int e = threadIdx.x; e < C * DK; e += NT) {
-        const int t = e / DK, i = e - t * DK;
-        float x = 0.0f;
-        if (t < c && i < a.dk) {
-            x = src[(((size_t)b * a.T + ts + t) * a.H + h) * a.dk + i];
-            if (elu1) x = elu1f(x);
-        }
-        dst[t * ld + i] = x;
-    }
+    stage_rows<C, DK>(dst, ld, src + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk, elu1);
 }
 
 /* Row r of X[C][ld] (DK used columns) <- scale * row / max(||row||, eps); one warp per row. When
@@ -294,22 +331,20 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
     const int sub = (P.seg + P.gparts - 1) / P.gparts;
     const int b = bh / a.H, h = bh % a.H, j0 = g * P.seg + p * sub;
     const int j1 = imin(imin(j0 + sub, (g + 1) * P.seg), P.nch);
-    const int ld = DK + 1;
+    const int ld = DK + LD_PAD;
     float *U = (float *)smem; /* [C][ld] */
-    typedef tiling<DK, DK> tl;
-    float acc[tl::RM][tl::RN];
-    zero<DK, DK>(acc);
+    typedef blk<DK, DK> tl;
+    float acc[tl::NE];
+    zerob<DK, DK>(acc);
     for (int j = j0; j < j1; j++) {
         const int ts = j * P.C, c = imin(P.C, a.T - ts);
         load_uk<DK>(a, b, h, ts, c, U, nullptr, ld);
-        mm<DK, DK, C, true, false>(U, ld, U, ld, acc);
+        mmb<DK, DK, C, true, false>(U, ld, U, ld, acc);
         __syncthreads(); /* U is read before the next chunk's rows land */
     }
     double *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
 #pragma unroll
-    for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-        for (int jj = 0; jj < tl::RN; jj++) dst[tl::row(i) * DK + tl::col(jj)] = (double)acc[i][jj];
+    for (int i = 0; i < tl::NE; i++) dst[tl::row(i) * DK + tl::col(i)] = (double)acc[i];
 }
 
 /* ---- cp_prefix: Md slot g <- M_0 + the Gram parts of segments 0..g-1, one thread per matrix
@@ -343,7 +378,7 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
 
 /* ---- cp_apart: one chunk's A part (VLA-MATH 2.3) and its S factors ---- */
 template <int DK> struct apart_smem {
-    static constexpr int ld = DK + 1, ldc = C + 1;
+    static constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
     static constexpr size_t mats = (size_t)3 * C * ld + (size_t)C * ldc; /* U, K, UA(->Z), G */
     static constexpr size_t region1 = mats * 4 > 2 * DK * DK * 8 ? mats * 4 : 2 * DK * DK * 8;
     static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + C) * 4; /* + A0, Al, rdiag */
@@ -378,7 +413,14 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     } else {
         double *m0 = (double *)smem, *m1 = m0 + DK * DK;
         const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
-        for (int e = threadIdx.x; e < DK * DK; e += NT) m0[e] = src[e];
+        {
+            constexpr int PER = DK * DK / NT;
+            double x[PER]; /* every load before any store, as stage() */
+#pragma unroll
+            for (int u = 0; u < PER; u++) x[u] = src[threadIdx.x + NT * u];
+#pragma unroll
+            for (int u = 0; u < PER; u++) m0[threadIdx.x + NT * u] = x[u];
+        }
         __syncthreads();
         const double *inv = gj_inverse<DK>(m0, m1);
         for (int e = threadIdx.x; e < DK * DK; e += NT) {
@@ -398,11 +440,10 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
         __syncthreads();
         if (a.mech == VLACU_DELTA) norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
         __syncthreads();
-        for (int e = threadIdx.x; e < C * DK; e += NT) {
-            const int t = e / DK, i = e - t * DK;
+        stage<C, DK>(Al, ld, [&](int t, int i) {
             const bool bt = a.mech == VLACU_DELTA && a.beta && t < c;
-            Al[t * ld + i] = (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
-        }
+            return (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
+        });
         __syncthreads();
         if (a.mech == VLACU_LINEAR)
             for (int e = threadIdx.x; e < C * DK; e += NT) {
@@ -417,33 +458,29 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     if (first) PROF(2);
     /* 3. UA = U A0; Al = K A0 */
     {
-        typedef tiling<C, DK> tl;
-        float x[tl::RM][tl::RN], y[tl::RM][tl::RN];
-        zero<C, DK>(x);
-        zero<C, DK>(y);
-        mm<C, DK, DK, false, false>(U, ld, A0, ld, x);
-        mm<C, DK, DK, false, false>(K, ld, A0, ld, y);
+        typedef blk<C, DK> tl;
+        float x[tl::NE], y[tl::NE];
+        zerob<C, DK>(x);
+        zerob<C, DK>(y);
+        mmb<C, DK, DK, false, false>(U, ld, A0, ld, x);
+        mmb<C, DK, DK, false, false>(K, ld, A0, ld, y);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) {
-                UA[tl::row(i) * ld + tl::col(jj)] = x[i][jj];
-                Al[tl::row(i) * ld + tl::col(jj)] = y[i][jj];
+        for (int i = 0; i < tl::NE; i++) {
+                UA[tl::row(i) * ld + tl::col(i)] = x[i];
+                Al[tl::row(i) * ld + tl::col(i)] = y[i];
             }
     }
     __syncthreads();
     if (first) PROF(3);
     /* 4. G = I + UA U^T (symmetric, both triangles) */
     {
-        typedef tiling<C, C> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, C>(x);
-        mm<C, C, DK, false, true>(UA, ld, U, ld, x);
+        typedef blk<C, C> tl;
+        float x[tl::NE];
+        zerob<C, C>(x);
+        mmb<C, C, DK, false, true>(UA, ld, U, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++)
-                G[tl::row(i) * ldc + tl::col(jj)] = x[i][jj] + (tl::row(i) == tl::col(jj) ? 1.0f : 0.0f);
+        for (int i = 0; i < tl::NE; i++)
+                G[tl::row(i) * ldc + tl::col(i)] = x[i] + (tl::row(i) == tl::col(i) ? 1.0f : 0.0f);
     }
     __syncthreads();
     if (first) PROF(4);
@@ -452,50 +489,46 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     for (int t = threadIdx.x; t < C; t += NT) rdiag[t] = 1.0f / G[t * ldc + t];
     __syncthreads();
     if (first) PROF(5);
-    /* 6. Z = L^{-1} UA, one thread per column, in place */
+    /* 6. Z = L^{-1} UA, one thread per column, in place. (An explicit inverse of L and a tensor-core
+     * product took 7k cycles against 11k a chunk at dk = 64, but the A part's cancellation
+     * (A = A0 - Z^T Z) doubled its error: 7.2e-5 -> 1.3e-4 at lambda0 = 1e-3 on the H200.) */
     for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
     __syncthreads();
     if (first) PROF(6);
     float *Z = UA;
     /* 7. tril(K Z^T) into G (L is no longer needed) */
     {
-        typedef tiling<C, C> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, C>(x);
-        mm<C, C, DK, false, true>(K, ld, Z, ld, x);
+        typedef blk<C, C> tl;
+        float x[tl::NE];
+        zerob<C, C>(x);
+        mmb<C, C, DK, false, true>(K, ld, Z, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) G[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) <= tl::row(i) ? x[i][jj] : 0.0f;
+        for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
     }
     __syncthreads();
     if (first) PROF(7);
     /* 8. Al = K A0 - tril(K Z^T) Z */
     {
-        typedef tiling<C, DK> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, DK>(x);
-        mm<C, DK, C, false, false>(G, ldc, Z, ld, x);
+        typedef blk<C, DK> tl;
+        float x[tl::NE];
+        zerob<C, DK>(x);
+        mmb<C, DK, C, false, false>(G, ldc, Z, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) Al[tl::row(i) * ld + tl::col(jj)] -= x[i][jj];
+        for (int i = 0; i < tl::NE; i++) Al[tl::row(i) * ld + tl::col(i)] -= x[i];
     }
     __syncthreads();
     if (first) PROF(8);
     /* 9. a_t = normalize(row t); A at the chunk end for A_out (last chunk): A0 - Z^T Z */
     norm_rows<DK>(Al, ld, (float)a.eps, 1.0f, nullptr, 0);
     if (j + 1 < j1 || (j == P.nch - 1 && a.A_out)) { /* A at the chunk end: the next chunk's A0 */
-        typedef tiling<DK, DK> tl;
-        float x[tl::RM][tl::RN];
-        zero<DK, DK>(x);
-        mm<DK, DK, C, true, false>(Z, ld, Z, ld, x);
+        typedef blk<DK, DK> tl;
+        float x[tl::NE];
+        zerob<DK, DK>(x);
+        mmb<DK, DK, C, true, false>(Z, ld, Z, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) {
-                const int r = tl::row(i), cc = tl::col(jj);
-                const float y = A0[r * ld + cc] - x[i][jj];
+        for (int i = 0; i < tl::NE; i++) {
+                const int r = tl::row(i), cc = tl::col(i);
+                const float y = A0[r * ld + cc] - x[i];
                 A0[r * ld + cc] = y;
                 if (j == P.nch - 1 && r < dk && cc < dk) P.Aend[(size_t)bh * dk * dk + r * dk + cc] = y;
             }
@@ -510,32 +543,54 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     }
     /* 10. Lw = strictly_lower(K Al^T) into G */
     {
-        typedef tiling<C, C> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, C>(x);
-        mm<C, C, DK, false, true>(K, ld, Al, ld, x);
+        typedef blk<C, C> tl;
+        float x[tl::NE];
+        zerob<C, C>(x);
+        mmb<C, C, DK, false, true>(K, ld, Al, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) G[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) < tl::row(i) ? x[i][jj] : 0.0f;
+        for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = tl::col(i) < tl::row(i) ? x[i] : 0.0f;
     }
     __syncthreads();
     if (first) PROF(10);
-    /* 11. [W | Y] = (I + Lw)^{-1} [K | V], one thread per column: W in place of K (threads < DK),
-     * Y on DK columns of V at a time, staged in U's place (threads 128 .. 128 + DK - 1). */
+    /* 11. [W | Y] = (I + Lw)^{-1} [K | V]: W in place of K, Y on DK columns of V at a time, staged in
+     * U's place. Tensor cores: the explicit inverse, then products. FMA units: one thread per
+     * column substitutes (threads < DK for W, 128 .. 128 + DK - 1 for Y). */
     float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
     float *Vs = U; /* [C][ld]: U is no longer needed */
     const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
     const size_t sv = (size_t)a.H * dv;
+#if VLA_CP_TC
+    unit_lower_inverse(G, ldc, UA, 48 + LD_PAD); /* G <- (I + Lw)^{-1}; UA (Z) is no longer needed */
+    float *Ys = UA; /* Y, DK columns at a time */
+#else
+    float *Ys = Vs; /* solved in place */
+#endif
     for (int v0 = 0; v0 < dv; v0 += DK) {
         const int nv = imin(DK, dv - v0);
-        for (int e = threadIdx.x; e < C * DK; e += NT) {
-            const int t = e / DK, cc = e - t * DK;
-            Vs[t * ld + cc] = t < c && cc < nv ? vsrc[t * sv + v0 + cc] : 0.0f;
-        }
+        stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
         __syncthreads();
+#if VLA_CP_TC
+        { /* Y = T V into UA's place (free now), W = T K over K (all of K read first) */
+            typedef blk<C, DK> tl;
+            float y[tl::NE];
+            zerob<C, DK>(y);
+            mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++) Ys[tl::row(i) * ld + tl::col(i)] = y[i];
+        }
+        if (v0 == 0) {
+            typedef blk<C, DK> tl;
+            float w[tl::NE];
+            zerob<C, DK>(w);
+            mmb<C, DK, C, false, false>(G, ldc, K, ld, w);
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++) K[tl::row(i) * ld + tl::col(i)] = w[i];
+        }
+#else
         if (v0 == 0 && threadIdx.x < DK) fwd_subst<true>(G, ldc, nullptr, K + threadIdx.x, ld);
         if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
+#endif
         __syncthreads();
         if (v0 == 0)
             for (int e = threadIdx.x; e < c * DK; e += NT) {
@@ -544,30 +599,26 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             }
         for (int e = threadIdx.x; e < c * DK; e += NT) {
             const int t = e / DK, cc = e - t * DK;
-            if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Vs[t * ld + cc];
+            if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Ys[t * ld + cc];
         }
         /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
         {
-            typedef tiling<DK, DK> tl;
-            float x[tl::RM][tl::RN];
+            typedef blk<DK, DK> tl;
+            float x[tl::NE];
             if (v0 == 0) {
-                zero<DK, DK>(x);
-                mm<DK, DK, C, true, false>(Al, ld, K, ld, x);
+                zerob<DK, DK>(x);
+                mmb<DK, DK, C, true, false>(Al, ld, K, ld, x);
                 float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
 #pragma unroll
-                for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-                    for (int jj = 0; jj < tl::RN; jj++)
-                        pg[tl::row(i) * DK + tl::col(jj)] = (tl::row(i) == tl::col(jj) ? 1.0f : 0.0f) - x[i][jj];
+                for (int i = 0; i < tl::NE; i++)
+                        pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - x[i];
             }
-            zero<DK, DK>(x);
-            mm<DK, DK, C, true, false>(Al, ld, Vs, ld, x);
+            zerob<DK, DK>(x);
+            mmb<DK, DK, C, true, false>(Al, ld, Ys, ld, x);
             float *qg = P.Qm + ((size_t)bh * P.nch + j) * DK * dv + v0;
 #pragma unroll
-            for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-                for (int jj = 0; jj < tl::RN; jj++)
-                    if (tl::col(jj) < nv) qg[(size_t)tl::row(i) * dv + tl::col(jj)] = x[i][jj];
+            for (int i = 0; i < tl::NE; i++)
+                    if (tl::col(i) < nv) qg[(size_t)tl::row(i) * dv + tl::col(i)] = x[i];
         }
         __syncthreads();
     }
@@ -589,7 +640,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
 enum { W_PLAIN = 0, W_MAP = 1, W_SCAN = 2, W_LOCAL = 3 };
 
 template <int DK, int BV> struct walk_smem {
-    static constexpr int ld = DK + 1, ldv = BV + 1;
+    static constexpr int ld = DK + LD_PAD, ldv = BV + LD_PAD;
     /* two stages of [P | Q] tiles and of X */
     static constexpr size_t bytes = (size_t)2 * ((size_t)DK * ld + 2 * (size_t)DK * ldv) * 4;
 };
@@ -597,7 +648,7 @@ template <int DK, int BV> struct walk_smem {
 /* MODE is a template argument so that W_PLAIN compiles to the plain walk with no test of the mode
  * (with a runtime mode, one profile at (1,4,32) T = 2048 counted 50.8k cycles for the 32 steps of
  * a block, against 34.6k before). */
-template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_kernel(const cp_params P) {
+template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) walk_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef walk_smem<DK, BV> S;
     constexpr int ld = S::ld, ldv = S::ldv, mode = MODE;
@@ -618,7 +669,7 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_k
 #define PB(s) (base + (s) * stage)
 #define QB(s) (base + (s) * stage + DK * ld)
 #define XB(s) (base + (s) * stage + DK * ld + DK * ldv)
-    typedef tiling<DK, BV> tx; /* X, Q [DK][BV] */
+    typedef blk<DK, BV> tx; /* X, Q [DK][BV] */
     constexpr int NP = DK * DK / NT, NQ = DK * BV / NT;
     float rp[NP], rq[NQ];
 
@@ -663,12 +714,10 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_k
 
     /* X at the first step: S_in^T columns v0.. (zero rows past dk, columns past nv), the segment's
      * start state, or [I | 0]; each thread its own entries */
-    float xs[tx::RM][tx::RN];
+    float xs[tx::NE];
 #pragma unroll
-    for (int i = 0; i < tx::RM; i++)
-#pragma unroll
-        for (int jj = 0; jj < tx::RN; jj++) {
-            const int r = tx::row(i), cc = tx::col(jj);
+    for (int i = 0; i < tx::NE; i++) {
+            const int r = tx::row(i), cc = tx::col(i);
             float x0 = 0.0f;
             if (mode == W_PLAIN || mode == W_SCAN)
                 x0 = (a.S_in && r < dk && cc < nv) ? a.S_in[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] : 0.0f;
@@ -676,7 +725,7 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_k
                 x0 = cc < nv ? P.Sst[((size_t)bh * P.wnseg + g) * DK * dv + (size_t)r * dv + v0 + cc] : 0.0f;
             else if (pblock)
                 x0 = r == v0 + cc ? 1.0f : 0.0f;
-            xs[i][jj] = x0;
+            xs[i] = x0;
             XB(0)[r * ldv + cc] = x0;
         }
     if (j0 < j1) {
@@ -693,21 +742,15 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_k
                                      : P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
         if (xst)
 #pragma unroll
-            for (int i = 0; i < tx::RM; i++)
-#pragma unroll
-                for (int jj = 0; jj < tx::RN; jj++)
-                    if (tx::col(jj) < nv) xst[(size_t)tx::row(i) * dv + tx::col(jj)] = xs[i][jj];
+            for (int i = 0; i < tx::NE; i++)
+                    if (tx::col(i) < nv) xst[(size_t)tx::row(i) * dv + tx::col(i)] = xs[i];
         if (j + 1 < j1) fetch(j + 1);
         /* X <- P X + Q */
 #pragma unroll
-        for (int i = 0; i < tx::RM; i++)
+        for (int i = 0; i < tx::NE; i++) xs[i] = QB(s)[tx::row(i) * ldv + tx::col(i)];
+        mmb<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
 #pragma unroll
-            for (int jj = 0; jj < tx::RN; jj++) xs[i][jj] = QB(s)[tx::row(i) * ldv + tx::col(jj)];
-        mm<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
-#pragma unroll
-        for (int i = 0; i < tx::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tx::RN; jj++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(jj)] = xs[i][jj];
+        for (int i = 0; i < tx::NE; i++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(i)] = xs[i];
         if (j + 1 < j1) stash(s ^ 1);
         __syncthreads();
         if (j - j0 == 1) PROF(15);
@@ -716,20 +759,16 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_k
     if (mode == W_MAP) {
         float *sg = P.Seg + ((size_t)bh * P.wnseg + g) * DK * segld + (pblock ? v0 : DK + v0);
 #pragma unroll
-        for (int i = 0; i < tx::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tx::RN; jj++)
-                if (tx::col(jj) < nv) sg[(size_t)tx::row(i) * segld + tx::col(jj)] = xs[i][jj];
+        for (int i = 0; i < tx::NE; i++)
+                if (tx::col(i) < nv) sg[(size_t)tx::row(i) * segld + tx::col(i)] = xs[i];
         return;
     }
     if (mode == W_LOCAL) return;
     if (a.S_out)
 #pragma unroll
-        for (int i = 0; i < tx::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tx::RN; jj++) {
-                const int r = tx::row(i), cc = tx::col(jj);
-                if (r < dk && cc < nv) a.S_out[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] = xs[i][jj];
+        for (int i = 0; i < tx::NE; i++) {
+                const int r = tx::row(i), cc = tx::col(i);
+                if (r < dk && cc < nv) a.S_out[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] = xs[i];
             }
     if (a.mech == VLACU_VLA && a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
         for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
@@ -741,7 +780,7 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT) walk_k
 /* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) (Y - W X_j) = (Q~ - Pm W) X_j + Pm Y, Pm = tril(Q~ Al^T),
  * VT output columns at a time ---- */
 template <int DK, int VT> struct output_smem {
-    static constexpr int ld = DK + 1, ldc = C + 1, ldv = VT + 1;
+    static constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD, ldv = VT + LD_PAD;
     static constexpr size_t bytes = ((size_t)2 * C * ld + (size_t)C * ldc + (size_t)DK * ldv + (size_t)C * ldv) * 4;
 };
 
@@ -756,37 +795,27 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
     float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *X = Pm + C * ldc, *Yt = X + DK * ldv;
     load_rows<DK>(a.q, a, b, h, ts, c, a.elu1 != 0, Q, ld);
     const float *alg = P.Al + ((size_t)bh * T + ts) * DK, *wg = P.W + ((size_t)bh * T + ts) * DK;
-    for (int e = threadIdx.x; e < C * DK; e += NT) {
-        const int t = e / DK, i = e - t * DK;
-        Al[t * ld + i] = t < c ? alg[e] : 0.0f;
-    }
+    stage_rows<C, DK>(Al, ld, alg, DK, c, DK);
     __syncthreads();
     {
-        typedef tiling<C, C> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, C>(x);
-        mm<C, C, DK, false, true>(Q, ld, Al, ld, x);
+        typedef blk<C, C> tl;
+        float x[tl::NE];
+        zerob<C, C>(x);
+        mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) Pm[tl::row(i) * ldc + tl::col(jj)] = tl::col(jj) <= tl::row(i) ? x[i][jj] : 0.0f;
+        for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
     }
     __syncthreads();
     float *W = Al; /* Al is no longer needed */
-    for (int e = threadIdx.x; e < C * DK; e += NT) {
-        const int t = e / DK, i = e - t * DK;
-        W[t * ld + i] = t < c ? wg[e] : 0.0f;
-    }
+    stage_rows<C, DK>(W, ld, wg, DK, c, DK);
     __syncthreads();
     {   /* Q <- Q - Pm W: each thread its own entries of Q (no one else reads Q here) */
-        typedef tiling<C, DK> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, DK>(x);
-        mm<C, DK, C, false, false>(Pm, ldc, W, ld, x);
+        typedef blk<C, DK> tl;
+        float x[tl::NE];
+        zerob<C, DK>(x);
+        mmb<C, DK, C, false, false>(Pm, ldc, W, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) Q[tl::row(i) * ld + tl::col(jj)] -= x[i][jj];
+        for (int i = 0; i < tl::NE; i++) Q[tl::row(i) * ld + tl::col(i)] -= x[i];
     }
     const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
     const float *yg = P.Y + ((size_t)bh * T + ts) * dv;
@@ -794,26 +823,18 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
     const size_t so = (size_t)a.H * dv;
     for (int v0 = 0; v0 < dv; v0 += VT) {
         const int nv = imin(VT, dv - v0);
-        for (int e = threadIdx.x; e < DK * VT; e += NT) {
-            const int i = e / VT, cc = e - i * VT;
-            X[i * ldv + cc] = cc < nv ? xst[(size_t)i * dv + v0 + cc] : 0.0f;
-        }
-        for (int e = threadIdx.x; e < C * VT; e += NT) {
-            const int t = e / VT, cc = e - t * VT;
-            Yt[t * ldv + cc] = t < c && cc < nv ? yg[(size_t)t * dv + v0 + cc] : 0.0f;
-        }
+        stage_rows<DK, VT>(X, ldv, xst + v0, dv, DK, nv);
+        stage_rows<C, VT>(Yt, ldv, yg + v0, dv, c, nv);
         __syncthreads();
-        typedef tiling<C, VT> tl;
-        float x[tl::RM][tl::RN];
-        zero<C, VT>(x);
-        mm<C, VT, DK, false, false>(Q, ld, X, ldv, x);
-        mm<C, VT, C, false, false>(Pm, ldc, Yt, ldv, x);
+        typedef blk<C, VT> tl;
+        float x[tl::NE];
+        zerob<C, VT>(x);
+        mmb<C, VT, DK, false, false>(Q, ld, X, ldv, x);
+        mmb<C, VT, C, false, false>(Pm, ldc, Yt, ldv, x);
 #pragma unroll
-        for (int i = 0; i < tl::RM; i++)
-#pragma unroll
-            for (int jj = 0; jj < tl::RN; jj++) {
-                const int t = tl::row(i), cc = tl::col(jj);
-                if (t < c && cc < nv) og[(size_t)t * so + v0 + cc] = x[i][jj];
+        for (int i = 0; i < tl::NE; i++) {
+                const int t = tl::row(i), cc = tl::col(i);
+                if (t < c && cc < nv) og[(size_t)t * so + v0 + cc] = x[i];
             }
         __syncthreads();
     }
@@ -889,7 +910,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
-        VLACU_LAUNCH(kg, BH * (nseg - 1) * (unsigned)P.gparts, NT, (size_t)C * (DK + 1) * 4, st, PP);
+        VLACU_LAUNCH(kg, BH * (nseg - 1) * (unsigned)P.gparts, NT, (size_t)C * (DK + LD_PAD) * 4, st, PP);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         kt.mark("gram", st);
         VLACU_LAUNCH(kp, BH * (DK * DK / NT), NT, 0, st, PP);

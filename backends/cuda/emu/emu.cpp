@@ -34,7 +34,7 @@ const size_t kStaticSmem = 8192; /* what cudaFuncGetAttributes reports for every
 
 struct Warp {
     pthread_barrier_t bar;
-    alignas(8) unsigned char slot[32][8];
+    alignas(8) unsigned char slot[32][32]; /* a lane's value: a shuffle's, or a gathered mma fragment */
 };
 
 /* One block at a time: a pool of blockDim.x worker threads. */
@@ -104,6 +104,15 @@ void emu_warp_exchange(const void *in, void *out, size_t size, int src_lane) {
     memcpy(w.slot[threadIdx.x & 31], in, size);
     pthread_barrier_wait(&w.bar);
     memcpy(out, w.slot[src_lane & 31], size);
+    pthread_barrier_wait(&w.bar);
+}
+
+void emu_warp_gather(const void *in, void *all, size_t size) {
+    Warp &w = pool().warps[threadIdx.x / 32];
+    if (size > sizeof w.slot[0]) abort();
+    memcpy(w.slot[threadIdx.x & 31], in, size);
+    pthread_barrier_wait(&w.bar);
+    for (int l = 0; l < 32; l++) memcpy((unsigned char *)all + (size_t)l * size, w.slot[l], size);
     pthread_barrier_wait(&w.bar);
 }
 

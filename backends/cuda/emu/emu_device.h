@@ -39,6 +39,7 @@ extern thread_local dim3 gridDim;
 void __syncthreads();
 void __syncwarp(unsigned mask = 0xffffffffu);
 void emu_warp_exchange(const void *in, void *out, size_t size, int src_lane);
+void emu_warp_gather(const void *in, void *all, size_t size); /* all[32 * size]: every lane's value, by lane */
 unsigned char *emu_dynamic_smem();
 void emu_launch(const std::function<void()> &body, dim3 grid, dim3 block, size_t smem, cudaStream_t st);
 

@@ -7,6 +7,8 @@
 #   backends/cuda/emu/run_tests.sh [address|thread|none] [build dir] [test_cuda args...]
 # Environment for the emulator: VLA_EMU_SMEM (bytes of shared memory a block may use: small
 # values force the global-memory placement of working arrays), VLA_EMU_SMS, VLA_EMU_NODEV.
+# VLA_EMU_TC=0 builds the chunk-parallel products for FMA units (the sm_75 form); the default, 1,
+# the tensor-core form (sm_80+: emulated mma.sync tiles).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SAN=${1:-address}
@@ -23,7 +25,7 @@ CF="-O1 -g $F"
 INC="-I$ROOT/backends/cuda/emu -I$ROOT/kernels/cuda -I$ROOT/core/include -I$ROOT/core -I$ROOT/backends/cpu -I$ROOT/tests -I$ROOT/tools"
 jobs=()
 for f in "$ROOT"/kernels/cuda/*.cu; do
-  jobs+=("g++ -std=c++17 $CF -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -DVLA_CUDA_EMU -DVLACU_NT=${VLA_EMU_NT:-64} $INC -x c++ -c $f -o $B/lib/$(basename "$f" .cu).o")
+  jobs+=("g++ -std=c++17 $CF -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -DVLA_CUDA_EMU -DVLA_EMU_TC=${VLA_EMU_TC:-1} -DVLACU_NT=${VLA_EMU_NT:-64} $INC -x c++ -c $f -o $B/lib/$(basename "$f" .cu).o")
 done
 jobs+=("g++ -std=c++17 $CF -Wall -Wextra $INC -c $ROOT/backends/cuda/emu/emu.cpp -o $B/lib/emu.o")
 for f in core/errors.c core/registry.c core/attention.c backends/cpu/cpu_backend.c backends/cpu/cpu_linalg.c \

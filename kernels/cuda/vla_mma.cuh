@@ -1,0 +1,279 @@
+/* Block matrix products for the chunk-parallel kernels, on tensor cores where the device has
+ * float32-class ones (sm_80+: TF32 mma.sync) and on FMA units elsewhere (sm_75).
+ *
+ * Precision: 3xTF32. Each float32 operand x is split into big = tf32(x) and small = tf32(x - big)
+ * (tf32: 10 stored mantissa bits, round to nearest, ties away), and a b ~ big_a big_b + big_a small_b
+ * + small_a big_b, accumulated in float32 by the tensor core; the dropped small_a small_b term
+ * is below 2^-22 of |a b|. So a product keeps about 21-22 of float32's 24 bits, where plain TF32
+ * keeps 11 (relative error 2^-11: far outside the 1e-5 the issue asks for).
+ *
+ * Layout: a block of 8 warps computes an M x N product (M, N multiples of 16 and 8; M/16 tiles
+ * spread over the warps first, then N/8). Each warp owns MT x NTL tiles of 16 x 8 and holds them
+ * in the mma accumulator layout (PTX ISA, mma.m16n8k8 .f32): lane (g = lane/4, t = lane%4) keeps
+ * rows g and g + 8, columns 2t and 2t + 1 of a tile. blk<M, N>::row(e) / col(e) name the output
+ * entry of accumulator e, so that an epilogue is written once for both forms.
+ *
+ * Shared-memory leading dimensions of operands: ld = 5 (mod 32) keeps both fragment patterns
+ * (rows g, columns t, and the transpose) within 2-way bank conflicts (ld = 1 (mod 32) gives
+ * 4-way), and odd keeps the FMA form's column reads conflict-free. (9 (mod 32) would be
+ * conflict-free for one pattern, but dk = 32 then needs more than a T4's 64 KiB a block.) */
+#ifndef VLA_MMA_CUH
+#define VLA_MMA_CUH
+
+#include <string.h>
+
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || (defined(VLA_CUDA_EMU) && VLA_EMU_TC)
+#define VLA_CP_TC 1
+#else
+#define VLA_CP_TC 0
+#endif
+
+namespace vlacu {
+namespace cp {
+
+constexpr int NT = 256; /* threads of every chunk-parallel kernel: 8 warps */
+constexpr int LD_PAD = 5; /* leading dimension = columns + LD_PAD (columns are multiples of 32) */
+
+/* Thread tiling of an M x N block product over NT threads: TX threads along the columns, TY
+ * along the rows; thread (tx, ty) owns rows ty + TY*i (i < RM) and columns tx + TX*j (j < RN).
+ * A warp then reads 2 (or 1) rows of a row-major left operand (broadcast) and TX consecutive
+ * columns of the right one: with odd leading dimensions no access has a bank conflict. */
+template <int M, int N> struct tiling {
+    static constexpr int TX = N >= 16 ? 16 : N;
+    static constexpr int TY = NT / TX;
+    static constexpr int RM = M / TY, RN = N / TX;
+    static_assert(RM >= 1 && RM * TY == M && RN * TX == N, "M and N must tile NT threads");
+    static __device__ __forceinline__ int row(int i) { return (int)threadIdx.x / TX + TY * i; }
+    static __device__ __forceinline__ int col(int j) { return (int)threadIdx.x % TX + TX * j; }
+};
+
+/* acc[i][j] += sum_{p < K} op(A)(row i, p) op(B)(p, col j);
+ * op(A)(r, p) = TA ? A[p*lda + r] : A[r*lda + p];  op(B)(p, c) = TB ? B[c*ldb + p] : B[p*ldb + c].
+ * With fewer than 4 outputs a thread, KS interleaved partial sums keep several FMAs (and their
+ * shared loads) in flight instead of one dependent chain. */
+template <int M, int N, int K, bool TA, bool TB>
+__device__ __forceinline__ void mm(const float *A, int lda, const float *B, int ldb,
+                                   float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
+    typedef tiling<M, N> tl;
+    constexpr int KS = tl::RM * tl::RN >= 4 ? 1 : 4 / (tl::RM * tl::RN);
+    static_assert(K % KS == 0, "K must split");
+    float part[KS][tl::RM][tl::RN];
+#pragma unroll
+    for (int s = 0; s < KS; s++)
+#pragma unroll
+        for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+            for (int j = 0; j < tl::RN; j++) part[s][i][j] = s == 0 ? acc[i][j] : 0.0f;
+#pragma unroll 2
+    for (int p0 = 0; p0 < K; p0 += KS) {
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            const int p = p0 + s;
+            float x[tl::RM], y[tl::RN];
+#pragma unroll
+            for (int i = 0; i < tl::RM; i++) x[i] = TA ? A[p * lda + tl::row(i)] : A[tl::row(i) * lda + p];
+#pragma unroll
+            for (int j = 0; j < tl::RN; j++) y[j] = TB ? B[tl::col(j) * ldb + p] : B[p * ldb + tl::col(j)];
+#pragma unroll
+            for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+                for (int j = 0; j < tl::RN; j++) part[s][i][j] = fmaf(x[i], y[j], part[s][i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < tl::RM; i++)
+#pragma unroll
+        for (int j = 0; j < tl::RN; j++) {
+            float t = part[0][i][j];
+#pragma unroll
+            for (int s = 1; s < KS; s++) t += part[s][i][j];
+            acc[i][j] = t;
+        }
+}
+
+template <int M, int N> __device__ __forceinline__ void zero(float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
+#pragma unroll
+    for (int i = 0; i < tiling<M, N>::RM; i++)
+#pragma unroll
+        for (int j = 0; j < tiling<M, N>::RN; j++) acc[i][j] = 0.0f;
+}
+
+/* Whether an M x N product tiles 8 warps of 16 x 8 tensor-core tiles (see ttile). */
+__host__ __device__ constexpr bool tc_fits(int M, int N) {
+    return M % 16 == 0 && N % 8 == 0 && (M / 16 >= 8 ? 8 : M / 16) > 0 && 8 % (M / 16 >= 8 ? 8 : M / 16) == 0 &&
+           (M / 16) % (M / 16 >= 8 ? 8 : M / 16) == 0 && (N / 8) % (8 / (M / 16 >= 8 ? 8 : M / 16)) == 0;
+}
+
+#if VLA_CP_TC
+
+#ifdef VLA_CUDA_EMU
+static inline unsigned f2u(float x) {
+    unsigned u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float u2f(unsigned u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+/* The tile product as the PTX ISA defines it: the lanes' fragments gathered, each output summed
+ * in double and rounded once (the hardware's float32 accumulation differs in the last bits). */
+static inline void emu_mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    struct frag {
+        unsigned a[4], b[2];
+    } mine, all[32];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    emu_warp_gather(&mine, all, sizeof mine);
+    const int lane = (int)(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
+    for (int q = 0; q < 4; q++) {
+        const int r = g + (q >> 1) * 8, c = 2 * t + (q & 1);
+        double s = 0.0;
+        for (int k = 0; k < 8; k++)
+            s += (double)u2f(all[(r & 7) * 4 + (k & 3)].a[(r >> 3) + 2 * (k >> 2)]) *
+                 (double)u2f(all[c * 4 + (k & 3)].b[k >> 2]);
+        d[q] = (float)((double)d[q] + s);
+    }
+}
+#else
+__device__ __forceinline__ unsigned f2u(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ float u2f(unsigned u) { return __uint_as_float(u); }
+#endif
+
+/* tf32(x): round the 13 low mantissa bits off, to nearest, ties away (cvt.rna.tf32.f32 on finite
+ * values; an infinity stays one). Integer form so the emulator rounds identically. */
+__device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u) & 0xffffe000u; }
+__device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &small) {
+    big = tf32_of(x);
+    small = tf32_of(x - u2f(big));
+}
+
+/* d += a b on one 16 x 8 x 8 tile (fragments as in the PTX ISA for mma.m16n8k8 .tf32). */
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#ifdef VLA_CUDA_EMU
+    emu_mma_tf32(d, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+template <int M, int N> struct ttile {
+    static constexpr int WARPS = 8;
+    static constexpr int TM = M / 16, TN = N / 8;
+    static constexpr int WM = TM >= WARPS ? WARPS : TM, WN = WARPS / WM;
+    static constexpr int MT = TM / WM, NTL = TN / WN;
+    static_assert(tc_fits(M, N), "M, N must tile 8 warps of 16 x 8");
+    static constexpr int NE = MT * NTL * 4;
+    static __device__ __forceinline__ int mrow(int mi) { return ((int)(threadIdx.x >> 5) % WM + WM * mi) * 16; }
+    static __device__ __forceinline__ int ncol(int ni) { return ((int)(threadIdx.x >> 5) / WM * NTL + ni) * 8; }
+    static __device__ __forceinline__ int row(int e) {
+        return mrow(e / (NTL * 4)) + (int)(threadIdx.x & 31) / 4 + ((e >> 1) & 1) * 8;
+    }
+    static __device__ __forceinline__ int col(int e) {
+        return ncol((e >> 2) % NTL) + 2 * ((int)threadIdx.x & 3) + (e & 1);
+    }
+};
+
+/* acc += op(A)[M x K] op(B)[K x N] (op as in mm: TA reads A[p*lda + r], TB reads B[c*ldb + p]). */
+template <int M, int N, int K, bool TA, bool TB>
+__device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int ldb, float (&acc)[ttile<M, N>::NE]) {
+    typedef ttile<M, N> bl;
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+    const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        unsigned ab[bl::MT][4], as[bl::MT][4];
+#pragma unroll
+        for (int mi = 0; mi < bl::MT; mi++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k0 + t + (q >> 1) * 4;
+                split_tf32(TA ? A[p * lda + r] : A[r * lda + p], ab[mi][q], as[mi][q]);
+            }
+#pragma unroll
+        for (int ni = 0; ni < bl::NTL; ni++) {
+            unsigned bb[2], bs[2];
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                const int c = bl::ncol(ni) + g, p = k0 + t + q * 4;
+                split_tf32(TB ? B[c * ldb + p] : B[p * ldb + c], bb[q], bs[q]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < bl::MT; mi++) {
+                /* The tensor core adds with truncation: a 64-deep chain inside it drifted 5x past
+                 * the float32 error (A_final 2.2e-5 against 4.7e-6 at one ill-conditioned test
+                 * case on the H200). So each 8-deep step starts from zero there and is added to
+                 * the accumulator here, rounded to nearest. */
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_tf32(d, as[mi], bb);
+                mma_tf32(d, ab[mi], bs);
+                mma_tf32(d, ab[mi], bb);
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[(mi * bl::NTL + ni) * 4 + q] += d[q];
+            }
+        }
+    }
+}
+
+/* d += A[16 x kn] B[kn x 8] for one 16 x 8 tile (A[r * lda + p], B[p * ldb + c]), kn a multiple of
+ * 8, accumulated as mmb does; called by a whole warp. d[q] is row g + 8 (q / 2), column 2 t + q % 2. */
+__device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
+    const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
+    for (int k0 = 0; k0 < kn; k0 += 8) {
+        unsigned ab[4], as[4], bb[2], bs[2];
+#pragma unroll
+        for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
+#pragma unroll
+        for (int q = 0; q < 2; q++) split_tf32(B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
+        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_tf32(e, as, bb);
+        mma_tf32(e, ab, bs);
+        mma_tf32(e, ab, bb);
+#pragma unroll
+        for (int q = 0; q < 4; q++) d[q] += e[q];
+    }
+}
+
+#endif /* VLA_CP_TC */
+
+/* The FMA form: mm's register tiling. */
+template <int M, int N> struct ftile {
+    typedef tiling<M, N> tl;
+    static constexpr int NE = tl::RM * tl::RN;
+    static __device__ __forceinline__ int row(int e) { return tl::row(e / tl::RN); }
+    static __device__ __forceinline__ int col(int e) { return tl::col(e % tl::RN); }
+};
+
+/* blk<M, N>: the tensor-core tiling where the device has it and M x N tiles 8 warps (the walk's
+ * 8- and 16-column blocks do not at dk = 32), else the FMA one; mmb is the matching product. */
+template <bool TC, int M, int N> struct pick_tile { typedef ftile<M, N> type; };
+#if VLA_CP_TC
+template <int M, int N> struct pick_tile<true, M, N> { typedef ttile<M, N> type; };
+#endif
+template <int M, int N> using blk = typename pick_tile<VLA_CP_TC && tc_fits(M, N), M, N>::type;
+
+template <int M, int N, int K, bool TA, bool TB>
+__device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int ldb, float (&acc)[blk<M, N>::NE]) {
+#if VLA_CP_TC
+    if constexpr (tc_fits(M, N)) {
+        mmt<M, N, K, TA, TB>(A, lda, B, ldb, acc);
+        return;
+    }
+#endif
+    typedef tiling<M, N> tl;
+    mm<M, N, K, TA, TB>(A, lda, B, ldb, *reinterpret_cast<float(*)[tl::RM][tl::RN]>(&acc[0]));
+}
+
+template <int M, int N> __device__ __forceinline__ void zerob(float (&acc)[blk<M, N>::NE]) {
+#pragma unroll
+    for (int e = 0; e < blk<M, N>::NE; e++) acc[e] = 0.0f;
+}
+
+} // namespace cp
+} // namespace vlacu
+
+#endif
