@@ -265,6 +265,35 @@ __device__ __forceinline__ void stage_rows(float *dst, int ld, const float *src,
 #endif
 }
 
+/* As stage_rows (no elu), but with cp.async on sm_80+: the copies go to shared memory without
+ * passing through registers, so several tiles (and the work before their use) overlap one memory
+ * latency. Before use: async_wait(), then a barrier. Elsewhere (sm_75, the emulator) it is
+ * stage_rows, and async_wait() does nothing. */
+template <int R, int COLS>
+__device__ __forceinline__ void async_rows(float *dst, int ld, const float *src, size_t stride, int c, int cols) {
+#if VLA_CP_TC && !defined(VLA_CUDA_EMU)
+    constexpr int PER = R * COLS / NT, RSTEP = NT / COLS;
+    static_assert(NT % COLS == 0 && PER * NT == R * COLS, "rows must split over NT threads");
+    const int i = (int)threadIdx.x % COLS, t0 = (int)threadIdx.x / COLS;
+    const float *p = src + (size_t)t0 * stride + i;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const bool in = t0 + RSTEP * u < c && i < cols;
+        const unsigned sa = (unsigned)__cvta_generic_to_shared(dst + (t0 + RSTEP * u) * ld + i);
+        const float *ga = in ? p + (size_t)(RSTEP * u) * stride : src; /* 0 bytes read: zero fill */
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(ga), "r"(in ? 4 : 0) : "memory");
+    }
+#else
+    stage_rows<R, COLS>(dst, ld, src, stride, c, cols);
+#endif
+}
+
+__device__ __forceinline__ void async_wait() {
+#if VLA_CP_TC && !defined(VLA_CUDA_EMU)
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 template <int DK>
 __device__ __forceinline__ void load_rows(const float *src, const vlacu_args &a, int b, int h, int ts, int c, bool elu1,
                                           float *dst, int ld) {
@@ -433,6 +462,11 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
 
     for (int j = j0; j < j1; j++, first = false) {
     const int ts = j * P.C, c = imin(P.C, a.T - ts);
+    /* V's first DK columns go to U's place (U is free from step 5 on; unused without the A part),
+     * in flight while the A part runs */
+    const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
+    const size_t sv = (size_t)a.H * dv;
+    if (!vla) async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv));
     if (!vla) {
         /* The write directions Al: phi(k) (linear) or beta_t k^_t (delta); the read keys K: k^
          * (delta) or 0 (linear: the plain sum has no residual, so W = 0, Y = V, P = I). */
@@ -483,6 +517,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
                 G[tl::row(i) * ldc + tl::col(i)] = x[i] + (tl::row(i) == tl::col(i) ? 1.0f : 0.0f);
     }
     __syncthreads();
+    async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
     if (first) PROF(4);
     /* 5. G = L L^T */
     cholesky64(G, ldc);
@@ -556,19 +591,20 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
      * U's place. Tensor cores: the explicit inverse, then products. FMA units: one thread per
      * column substitutes (threads < DK for W, 128 .. 128 + DK - 1 for Y). */
     float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
-    float *Vs = U; /* [C][ld]: U is no longer needed */
-    const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
-    const size_t sv = (size_t)a.H * dv;
+    float *Vs = U; /* [C][ld]: U is no longer needed; its first DK columns are in flight */
 #if VLA_CP_TC
     unit_lower_inverse(G, ldc, UA, 48 + LD_PAD); /* G <- (I + Lw)^{-1}; UA (Z) is no longer needed */
+    if (first) PROF(17);
     float *Ys = UA; /* Y, DK columns at a time */
 #else
     float *Ys = Vs; /* solved in place */
 #endif
     for (int v0 = 0; v0 < dv; v0 += DK) {
         const int nv = imin(DK, dv - v0);
-        stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
+        if (v0 == 0) async_wait(); /* prefetched */
+        else stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
         __syncthreads();
+        if (first && v0 == 0) PROF(16);
 #if VLA_CP_TC
         { /* Y = T V into UA's place (free now), W = T K over K (all of K read first) */
             typedef blk<C, DK> tl;
@@ -592,6 +628,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
         if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
 #endif
         __syncthreads();
+        if (first && v0 == 0) PROF(18);
         if (v0 == 0)
             for (int e = threadIdx.x; e < c * DK; e += NT) {
                 const int t = e / DK, i = e - t * DK;
@@ -793,9 +830,15 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
     if (head_skipped(P, bh)) return;
     const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv, T = a.T;
     float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *X = Pm + C * ldc, *Yt = X + DK * ldv;
-    load_rows<DK>(a.q, a, b, h, ts, c, a.elu1 != 0, Q, ld);
+    float *W = X; /* W in X|Yt's place until Q - Pm W is formed */
+    static_assert((size_t)(DK + C) * ldv >= (size_t)C * ld, "W must fit X|Yt");
     const float *alg = P.Al + ((size_t)bh * T + ts) * DK, *wg = P.W + ((size_t)bh * T + ts) * DK;
-    stage_rows<C, DK>(Al, ld, alg, DK, c, DK);
+    /* Q, Al and W in flight at once (one memory latency, where one at a time were three) */
+    if (a.elu1) load_rows<DK>(a.q, a, b, h, ts, c, true, Q, ld);
+    else async_rows<C, DK>(Q, ld, a.q + (((size_t)b * T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
+    async_rows<C, DK>(Al, ld, alg, DK, c, DK);
+    async_rows<C, DK>(W, ld, wg, DK, c, DK);
+    async_wait();
     __syncthreads();
     {
         typedef blk<C, C> tl;
@@ -806,9 +849,6 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
         for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
     }
     __syncthreads();
-    float *W = Al; /* Al is no longer needed */
-    stage_rows<C, DK>(W, ld, wg, DK, c, DK);
-    __syncthreads();
     {   /* Q <- Q - Pm W: each thread its own entries of Q (no one else reads Q here) */
         typedef blk<C, DK> tl;
         float x[tl::NE];
@@ -817,14 +857,16 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) Q[tl::row(i) * ld + tl::col(i)] -= x[i];
     }
+    __syncthreads(); /* W is read before X lands in its place */
     const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
     const float *yg = P.Y + ((size_t)bh * T + ts) * dv;
     float *og = a.o + (((size_t)b * T + ts) * a.H + h) * dv;
     const size_t so = (size_t)a.H * dv;
     for (int v0 = 0; v0 < dv; v0 += VT) {
         const int nv = imin(VT, dv - v0);
-        stage_rows<DK, VT>(X, ldv, xst + v0, dv, DK, nv);
-        stage_rows<C, VT>(Yt, ldv, yg + v0, dv, c, nv);
+        async_rows<DK, VT>(X, ldv, xst + v0, dv, DK, nv);
+        async_rows<C, VT>(Yt, ldv, yg + v0, dv, c, nv);
+        async_wait();
         __syncthreads();
         typedef blk<C, VT> tl;
         float x[tl::NE];
@@ -879,6 +921,9 @@ struct ktimer {
             cudaMemcpy(h, prof, sizeof h, cudaMemcpyDeviceToHost);
             fprintf(stderr, "apart block cycles:");
             for (int i = 1; i <= 11; i++) fprintf(stderr, " %d:%lld", i, h[i] - h[i - 1]);
+            if (h[16] && h[18]) /* phase 11's parts; the inverse on tensor-core devices only */
+                fprintf(stderr, " (11: inverse %lld, V wait %lld, W Y %lld, rest %lld)", h[17] ? h[17] - h[10] : 0LL,
+                        h[16] - (h[17] ? h[17] : h[10]), h[18] - h[16], h[11] - h[18]);
             fprintf(stderr, "\nwalk cycles: all steps %lld, step 1 %lld\n", h[13] - h[12], h[15] - h[14]);
             cudaFree(prof);
         }
