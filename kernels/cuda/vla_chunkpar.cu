@@ -27,8 +27,10 @@
  * DK is dk padded to 32 or 64 with zeros: padded key coordinates stay 0 in every product, and
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
  * chunk has zero rows past its end (exact: a zero u leaves A alone, a zero key writes nothing).
- * All products are float32 (FMA); the Gram prefix and the inversion are double, as the
- * two-level form's (float32 prefix sums drift over long T). */
+ * Block products (vla_mma.cuh): 3xTF32 on tensor cores on sm_80+, float32 FMA on sm_75. The
+ * Cholesky and the Z solve are float32 on CUDA cores everywhere (the A part cancels: A = A0 -
+ * Z^T Z); the Gram prefix and the inversion are double, as the two-level form's (float32 prefix
+ * sums drift over long T). */
 #include "vla_kernels.cuh"
 #include "vla_mma.cuh"
 

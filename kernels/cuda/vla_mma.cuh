@@ -3,9 +3,11 @@
  *
  * Precision: 3xTF32. Each float32 operand x is split into big = tf32(x) and small = tf32(x - big)
  * (tf32: 10 stored mantissa bits, round to nearest, ties away), and a b ~ big_a big_b + big_a small_b
- * + small_a big_b, accumulated in float32 by the tensor core; the dropped small_a small_b term
- * is below 2^-22 of |a b|. So a product keeps about 21-22 of float32's 24 bits, where plain TF32
- * keeps 11 (relative error 2^-11: far outside the 1e-5 the issue asks for).
+ * + small_a big_b; the dropped small_a small_b term is below 2^-22 of |a b|. So a product keeps
+ * about 21-22 of float32's 24 bits, where plain TF32 keeps 11 (relative error 2^-11: far outside
+ * the 1e-5 the issue asks for). Each 8-deep step is summed from zero in the tensor core and added
+ * to the float32 accumulator on the CUDA cores, rounded to nearest (the tensor core's own
+ * additions truncate; see mmt).
  *
  * Layout: a block of 8 warps computes an M x N product (M, N multiples of 16 and 8; M/16 tiles
  * spread over the warps first, then N/8). Each warp owns MT x NTL tiles of 16 x 8 and holds them
