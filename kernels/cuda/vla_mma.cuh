@@ -93,12 +93,6 @@ __device__ __forceinline__ void mm(const float *A, int lda, const float *B, int 
         }
 }
 
-template <int M, int N> __device__ __forceinline__ void zero(float (&acc)[tiling<M, N>::RM][tiling<M, N>::RN]) {
-#pragma unroll
-    for (int i = 0; i < tiling<M, N>::RM; i++)
-#pragma unroll
-        for (int j = 0; j < tiling<M, N>::RN; j++) acc[i][j] = 0.0f;
-}
 
 /* Whether an M x N product tiles 8 warps of 16 x 8 tensor-core tiles (see ttile). */
 __host__ __device__ constexpr bool tc_fits(int M, int N) {
