@@ -18,7 +18,7 @@
  *
  * Kernels (one-dimensional grids):
  *   cp_gram    [BH x (nseg-1) x gparts]   U^T U over a part of segment g's chunks -> Gp (double)
- *   cp_prefix  [BH x DK^2/256]   Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1})
+ *   cp_prefix  [BH x DK^2 R/256] Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1})
  *   cp_apart   [BH x nseg]       A at the segment start = M_g^{-1}, carried over its chunks; per
  *                                chunk a_t -> Al, W, Y, and the map P, Q
  *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out (with few heads
@@ -28,9 +28,10 @@
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
  * chunk has zero rows past its end (exact: a zero u leaves A alone, a zero key writes nothing).
  * Block products (vla_mma.cuh): 3xTF32 on tensor cores on sm_80+, float32 FMA on sm_75. The
- * Cholesky and the Z solve are float32 on CUDA cores everywhere (the A part cancels: A = A0 -
- * Z^T Z); the Gram prefix and the inversion are double, as the two-level form's (float32 prefix
- * sums drift over long T). */
+ * Cholesky's panels and the Z solve's diagonal blocks are float32 on CUDA cores everywhere (the A
+ * part cancels: A = A0 - Z^T Z); on sm_80+ their trailing and off-diagonal updates are 3xTF32
+ * tiles (CPV_* in vla_kernels.cuh). The Gram prefix and the inversion are double, as the
+ * two-level form's (float32 prefix sums drift over long T). */
 #include "vla_kernels.cuh"
 #include "vla_mma.cuh"
 
@@ -49,49 +50,66 @@ constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #endif
 
-/* In-place inverse of the N x N matrix at a (row-major, ld N) by Gauss-Jordan elimination without
- * pivoting (exact for symmetric positive definite matrices: every pivot is a Schur complement's
- * diagonal, > 0), ping-ponging between a and b; one barrier per column. Returns the buffer that
- * holds the inverse. A non-positive or NaN pivot gives non-finite entries, which then show in
- * every output of the chunk. */
-template <int N> __device__ double *gj_inverse(double *a, double *b) {
-    constexpr int PER = N * N / NT; /* entries a thread: 16 at N = 64, 4 at N = 32 */
-    static_assert(PER * NT == N * N, "N x N must split over NT threads");
+/* The inverse of the N x N matrix src (global, row-major, double) by Gauss-Jordan elimination
+ * without pivoting (exact for symmetric positive definite matrices: every pivot is a Schur
+ * complement's diagonal, > 0). Each thread keeps an R x R block in registers (R = N / 16: rows
+ * R (tid / 16) .., columns R (tid % 16) ..); at step k the owners of row k and of column k publish
+ * them to buf (double[2][2N], by k's parity: the buffer a step writes was last read before the
+ * previous step's barrier), one barrier, and every thread updates its block. (The shared-memory
+ * form, three loads and a store of every entry a step, took 177k cycles a block at N = 64.) Then
+ * out(i, j, entry) for the thread's entries; no barrier at the end. A non-positive or NaN pivot
+ * gives non-finite entries, which then show in every output of the segment. */
+template <int N, typename F> __device__ __forceinline__ void gj_inverse(const double *src, double *buf, F out) {
+    constexpr int R = N / 16;
+    static_assert(R * R * NT == N * N, "N x N must split over NT threads as 16 x 16 blocks");
+    const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
+    double m[R][R];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int j = 0; j < R; j++) m[i][j] = src[(r0 + i) * N + c0 + j];
+#pragma unroll 1
     for (int k = 0; k < N; k++) {
-        /* every load of the step before any store to b (the compiler cannot tell a from b: a
-         * store-then-load order costs a memory round trip an entry), the pivot's reciprocal
-         * computed while they land */
-        double akj[PER], aik[PER], ae[PER];
+        double *row = buf + (k & 1) * 2 * N, *col = row + N;
 #pragma unroll
-        for (int u = 0; u < PER; u++) {
-            const int e = threadIdx.x + NT * u, i = e / N, j = e - i * N;
-            akj[u] = a[k * N + j];
-            aik[u] = a[i * N + k];
-            ae[u] = a[e];
-        }
-        const double rp = 1.0 / a[k * N + k];
+        for (int i = 0; i < R; i++)
+            if (r0 + i == k)
 #pragma unroll
-        for (int u = 0; u < PER; u++) {
-            const int e = threadIdx.x + NT * u, i = e / N, j = e - i * N;
-            double v;
-            if (i == k) v = j == k ? rp : akj[u] * rp;
-            else v = j == k ? -aik[u] * rp : fma(-aik[u], akj[u] * rp, ae[u]);
-            b[e] = v;
-        }
+                for (int j = 0; j < R; j++) row[c0 + j] = m[i][j];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            if (c0 + j == k)
+#pragma unroll
+                for (int i = 0; i < R; i++) col[r0 + i] = m[i][j];
         __syncthreads();
-        double *t = a;
-        a = b;
-        b = t;
+        const double rp = 1.0 / row[k];
+        double akj[R], aik[R];
+#pragma unroll
+        for (int j = 0; j < R; j++) akj[j] = row[c0 + j];
+#pragma unroll
+        for (int i = 0; i < R; i++) aik[i] = col[r0 + i];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const bool ik = r0 + i == k, jk = c0 + j == k;
+                if (ik) m[i][j] = jk ? rp : akj[j] * rp;
+                else m[i][j] = jk ? -aik[i] * rp : fma(-aik[i], akj[j] * rp, m[i][j]);
+            }
     }
-    return a;
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int j = 0; j < R; j++) out(r0 + i, c0 + j, m[i][j]);
 }
 
 /* Cholesky of the symmetric C x C matrix G (ld ldg; the lower triangle is read) in place: on
  * return the lower triangle holds L (G = L L^T) and the upper is zero. Blocked by panels of 16
  * columns, two barriers a panel: warp 0 factors the panel (lane l keeps rows k0 + l and
  * k0 + l + 32 of it in registers; pivots and L entries travel by shuffles), then every thread
- * takes the panel's rank-16 update off the trailing lower triangle. Ends with a barrier. */
-__device__ void cholesky64(float *G, int ldg) {
+ * takes the panel's rank-16 update off the trailing lower triangle (FMA; or, tc_update on sm_80+,
+ * tensor-core tiles: 16 shared loads an entry became 2 fragment loads). Ends with a barrier. */
+__device__ void cholesky64(float *G, int ldg, bool tc_update) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int k0 = 0; k0 < C; k0 += 16) {
         if (warp == 0) {
@@ -124,6 +142,26 @@ __device__ void cholesky64(float *G, int ldg) {
         }
         __syncthreads();
         const int m0 = k0 + 16, m = C - m0;
+#if VLA_CP_TC
+        if (tc_update) { /* the trailing lower triangle by 16 x 8 tiles (3xTF32), tile (ri, ci) for ci <= 2 ri + 1 */
+            const int nrt = m / 16, ntile = nrt * (nrt + 1); /* sum over ri of 2 ri + 2 */
+            const int g = lane >> 2, t = lane & 3;
+            for (int w = warp; w < ntile; w += NT / 32) {
+                int ri = 0;
+                while ((ri + 1) * (ri + 2) <= w) ri++; /* tiles of row blocks < ri: ri (ri + 1) */
+                const int ci = w - ri * (ri + 1), r0 = m0 + 16 * ri, c0 = m0 + 8 * ci;
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                warp_mma_bt(G + r0 * ldg + k0, ldg, G + c0 * ldg + k0, ldg, 16, d);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int i = r0 + g + (q >> 1) * 8, j = c0 + 2 * t + (q & 1);
+                    if (j <= i) G[i * ldg + j] -= d[q];
+                }
+            }
+            __syncthreads();
+            continue;
+        }
+#endif
         for (int e = threadIdx.x; e < m * m; e += NT) {
             const int i = m0 + e / m, j = m0 + e % m;
             if (j <= i) {
@@ -168,6 +206,43 @@ template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const fl
         for (int i = 0; i < 16; i++) x[(b0 + i) * ldx] = y[i];
     }
 }
+
+#if VLA_CP_TC
+/* X <- L^{-1} X for the C x DK matrix X (ld ldx) in shared memory, L lower (ld ldl), rdiag[t] =
+ * 1 / L[t][t]: fwd_subst's blocks of 16 rows, with the update from the rows above as tensor-core
+ * tiles (warp w < DK / 8: columns 8w ..) and only the 16 x 16 diagonal solve left to one thread a
+ * column. (The same sums as fwd_subst, where an explicit L^{-1} times X doubled the A part's error.)
+ * Ends with a barrier. */
+template <int DK> __device__ void lower_solve_blocked(const float *L, int ldl, const float *rdiag, float *X, int ldx) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    static_assert(DK / 8 <= NT / 32, "a warp a column tile");
+#pragma unroll 1
+    for (int b0 = 0; b0 < C; b0 += 16) {
+        if (b0 > 0 && warp < DK / 8) {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            warp_mma(L + b0 * ldl, ldl, X + 8 * warp, ldx, b0, d);
+#pragma unroll
+            for (int q = 0; q < 4; q++) X[(b0 + g + (q >> 1) * 8) * ldx + 8 * warp + 2 * t + (q & 1)] -= d[q];
+        }
+        __syncthreads();
+        if (threadIdx.x < DK) {
+            float *x = X + threadIdx.x;
+            float y[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) y[i] = x[(b0 + i) * ldx];
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+#pragma unroll
+                for (int r = 0; r < i; r++) y[i] = fmaf(-L[(b0 + i) * ldl + b0 + r], y[r], y[i]);
+                y[i] *= rdiag[b0 + i];
+            }
+#pragma unroll
+            for (int i = 0; i < 16; i++) x[(b0 + i) * ldx] = y[i];
+        }
+        __syncthreads();
+    }
+}
+#endif
 
 /* dst[t * ld + i] <- f(t, i) for t < R, i < COLS, R * COLS / NT entries a thread: every load is
  * issued before any store. (Written as one loop, each shared store waited for its global load in
@@ -337,6 +412,35 @@ __device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float 
     __syncthreads();
 }
 
+/* load_uk in two halves, so that the loads overlap other work: issue_uk puts the raw rows of k
+ * (and u) in flight (cp.async on sm_80+), finish_uk waits for them and applies elu+1 and the
+ * normalisations. Ends with a barrier. */
+template <int DK>
+__device__ __forceinline__ void issue_uk(const vlacu_args &a, int b, int h, int ts, int c, float *U, float *K, int ld) {
+    const size_t off = (((size_t)b * a.T + ts) * a.H + h) * a.dk, stride = (size_t)a.H * a.dk;
+    async_rows<C, DK>(K, ld, a.k + off, stride, c, a.dk);
+    if (a.u) async_rows<C, DK>(U, ld, a.u + off, stride, c, a.dk);
+}
+template <int DK> __device__ void finish_uk(const vlacu_args &a, int c, float *U, float *K, int ld) {
+    const float eps = (float)a.eps, su = (float)a.u_scale;
+    async_wait();
+    if (a.elu1) /* each thread the entries it copied (async_rows' mapping), rows < c, columns < dk */
+        for (int e = threadIdx.x; e < C * DK; e += NT) {
+            const int t = e / DK, i = e - t * DK;
+            if (t < c && i < a.dk) K[t * ld + i] = elu1f(K[t * ld + i]);
+        }
+    __syncthreads();
+    norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
+    if (a.u) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
+    __syncthreads();
+    if (!a.u) /* U = s_u k^ */
+        for (int e = threadIdx.x; e < C * DK; e += NT) {
+            const int t = e / DK, i = e - t * DK;
+            U[t * ld + i] = su * K[t * ld + i];
+        }
+    __syncthreads();
+}
+
 /* Development: clock64() at phase boundaries of block P.prof_block's thread 0 (VLA_CUDA_KERNEL_TIMES). */
 #ifdef VLA_CUDA_EMU
 #define PROF(n) ((void)0)
@@ -378,44 +482,72 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
     for (int i = 0; i < tl::NE; i++) dst[tl::row(i) * DK + tl::col(i)] = (double)acc[i];
 }
 
-/* ---- cp_prefix: Md slot g <- M_0 + the Gram parts of segments 0..g-1, one thread per matrix
- * entry, 16 loads in flight ---- */
+/* ---- cp_prefix: Md slot g <- M_0 + the Gram parts of segments 0..g-1 (g >= 1), a scan over the
+ * nq parts: a block takes NT / R entries of one head, R (prefix_runs: 1 up to 16 parts, at most
+ * 8) threads an entry, each a run of L = nq / R parts (all loaded at once when L <= 16); the
+ * runs' totals meet in shared memory, then each thread writes its run's prefix. (One thread an
+ * entry walking every part took nq / 16 dependent memory round trips.) ---- */
+__host__ __device__ inline int prefix_runs(int nq) {
+    int r = 1;
+    while (r < 8 && (nq + r - 1) / r > 16) r *= 2;
+    return r;
+}
+
 template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
+    __shared__ double tot[NT];
     const vlacu_args &a = P.a;
-    constexpr int per = DK * DK / NT;
-    const int bh = blockIdx.x / per, e = (blockIdx.x % per) * NT + threadIdx.x;
+    const int nq = (P.nseg - 1) * P.gparts; /* parts in segment order */
+    const int R = prefix_runs(nq), E = NT / R, per = DK * DK / E;
+    const int bh = blockIdx.x / per, run = threadIdx.x / E, e = (blockIdx.x % per) * E + threadIdx.x % E;
     if (head_skipped(P, bh)) return;
     const int i = e / DK, jj = e - i * DK, dk = a.dk;
-    double acc; /* M_0 = A_0^{-1}: A_in^{-1}, or lambda0 I as the inverse of the float A_0 = I / lambda0 */
-    if (i >= dk || jj >= dk) acc = i == jj ? 1.0 : 0.0;
-    else if (P.Minv) acc = P.Minv[(size_t)bh * dk * dk + i * dk + jj];
-    else acc = i == jj ? 1.0 / (double)(float)(1.0 / a.lambda0) : 0.0;
+    double m0; /* M_0 = A_0^{-1}: A_in^{-1}, or lambda0 I as the inverse of the float A_0 = I / lambda0 */
+    if (i >= dk || jj >= dk) m0 = i == jj ? 1.0 : 0.0;
+    else if (P.Minv) m0 = P.Minv[(size_t)bh * dk * dk + i * dk + jj];
+    else m0 = i == jj ? 1.0 / (double)(float)(1.0 / a.lambda0) : 0.0;
     double *s = P.Md + (size_t)bh * P.nseg * DK * DK + e;
     const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + e;
-    const int nq = (P.nseg - 1) * P.gparts; /* parts in segment order */
+    const int L = (nq + R - 1) / R, q0 = imin(nq, run * L), q1 = imin(nq, q0 + L);
     constexpr int U = 16;
-    for (int q0 = 0; q0 < nq; q0 += U) {
-        double x[U];
+    double x[U], sum = 0.0;
+    if (R > 1) {
+        for (int b = q0; b < q1; b += U) { /* the run's total (its first U parts stay in x) */
 #pragma unroll
-        for (int u = 0; u < U; u++) x[u] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK] : 0.0;
+            for (int u = 0; u < U; u++) x[u] = b + u < q1 ? gp[(size_t)(b + u) * DK * DK] : 0.0;
+#pragma unroll
+            for (int u = 0; u < U; u++) sum += x[u];
+        }
+        tot[threadIdx.x] = sum;
+        __syncthreads();
+    }
+    double acc = m0;
+    for (int r = 0; r < run; r++) acc += tot[r * E + threadIdx.x % E];
+    for (int b = q0; b < q1; b += U) {
+        if (R == 1 || L > U) /* (re)load: the parts are in L2 */
+#pragma unroll
+            for (int u = 0; u < U; u++) x[u] = b + u < q1 ? gp[(size_t)(b + u) * DK * DK] : 0.0;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (q0 + u < nq) {
+            if (b + u < q1) {
                 acc += x[u];
-                if ((q0 + u + 1) % P.gparts == 0) s[(size_t)((q0 + u + 1) / P.gparts) * DK * DK] = acc;
+                if ((b + u + 1) % P.gparts == 0) s[(size_t)((b + u + 1) / P.gparts) * DK * DK] = acc;
             }
     }
 }
 
-/* ---- cp_apart: one chunk's A part (VLA-MATH 2.3) and its S factors ---- */
+/* ---- cp_apart: one chunk's A part (VLA-MATH 2.3) and its S factors ----
+ * apart_kernel's register cap: MINB blocks a multiprocessor. At dk = 32 two (128 registers) run a
+ * chunk faster, three (80 registers, 61 KiB of shared memory each) more chunks at once: three when
+ * the launch has more blocks than two a multiprocessor hold (chunkpar_apart_minb; on sm_80+: a
+ * T4's 64 KiB holds one dk = 32 block anyway). At dk = 64 two (106 KiB each). */
 template <int DK> struct apart_smem {
     static constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
     static constexpr size_t mats = (size_t)3 * C * ld + (size_t)C * ldc; /* U, K, UA(->Z), G */
-    static constexpr size_t region1 = mats * 4 > 2 * DK * DK * 8 ? mats * 4 : 2 * DK * DK * 8;
+    static constexpr size_t region1 = mats * 4 > 4 * DK * 8 ? mats * 4 : 4 * DK * 8; /* or the inversion's buffers */
     static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + C) * 4; /* + A0, Al, rdiag */
 };
 
-template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp_params P) {
+template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef apart_smem<DK> S;
     const vlacu_args &a = P.a;
@@ -431,6 +563,8 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
 
     /* linear and delta (without g) take the S path only: no A part, one chunk a block */
     const bool vla = a.mech == VLACU_VLA;
+    /* the first chunk's raw k (and u) rows in flight while A0 is formed */
+    if (vla) issue_uk<DK>(a, b, h, j0 * P.C, imin(P.C, a.T - j0 * P.C), U, K, ld);
     /* 1. A at the segment start: A_0, or the inverse of M (the Gram prefix) */
     if (!vla) {
     } else if (g == 0) {
@@ -442,24 +576,10 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
             A0[i * ld + jj] = x;
         }
     } else {
-        double *m0 = (double *)smem, *m1 = m0 + DK * DK;
         const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
-        {
-            constexpr int PER = DK * DK / NT;
-            double x[PER]; /* every load before any store, as stage() */
-#pragma unroll
-            for (int u = 0; u < PER; u++) x[u] = src[threadIdx.x + NT * u];
-#pragma unroll
-            for (int u = 0; u < PER; u++) m0[threadIdx.x + NT * u] = x[u];
-        }
-        __syncthreads();
-        const double *inv = gj_inverse<DK>(m0, m1);
-        for (int e = threadIdx.x; e < DK * DK; e += NT) {
-            const int i = e / DK, jj = e - i * DK;
-            A0[i * ld + jj] = (float)inv[e];
-        }
+        gj_inverse<DK>(src, (double *)G, [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; });
     }
-    __syncthreads(); /* the inversion's buffers are region 1: done before the rows land there */
+    __syncthreads(); /* the inversion's buffers are G's place: done before G is formed */
     PROF(1);
 
     for (int j = j0; j < j1; j++, first = false) {
@@ -489,7 +609,8 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
         __syncthreads();
     } else {
     /* 2. U and K */
-    load_uk<DK>(a, b, h, ts, c, U, K, ld);
+    if (j == j0) finish_uk<DK>(a, c, U, K, ld);
+    else load_uk<DK>(a, b, h, ts, c, U, K, ld);
 
     if (first) PROF(2);
     /* 3. UA = U A0; Al = K A0 */
@@ -522,15 +643,22 @@ template <int DK> __global__ void __launch_bounds__(NT, 2) apart_kernel(const cp
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
     if (first) PROF(4);
     /* 5. G = L L^T */
-    cholesky64(G, ldc);
+    cholesky64(G, ldc, (P.variant & CPV_CHOL_TC) != 0);
     for (int t = threadIdx.x; t < C; t += NT) rdiag[t] = 1.0f / G[t * ldc + t];
     __syncthreads();
     if (first) PROF(5);
-    /* 6. Z = L^{-1} UA, one thread per column, in place. (An explicit inverse of L and a tensor-core
-     * product took 7k cycles against 11k a chunk at dk = 64, but the A part's cancellation
-     * (A = A0 - Z^T Z) doubled its error: 7.2e-5 -> 1.3e-4 at lambda0 = 1e-3 on the H200.) */
-    for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
-    __syncthreads();
+    /* 6. Z = L^{-1} UA in place: by blocks of 16 rows, the updates from the rows above as
+     * tensor-core tiles (sm_80+; 6k against 13k cycles a chunk at dk = 64), else one thread a
+     * column. (An explicit inverse of L and a tensor-core product took 7k cycles, but the A part's
+     * cancellation (A = A0 - Z^T Z) doubled its error: 7.2e-5 -> 1.3e-4 at lambda0 = 1e-3.) */
+#if VLA_CP_TC
+    if (P.variant & CPV_Z_BLOCKED) lower_solve_blocked<DK>(G, ldc, rdiag, UA, ld);
+    else
+#endif
+    {
+        for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
+        __syncthreads();
+    }
     if (first) PROF(6);
     float *Z = UA;
     /* 7. tril(K Z^T) into G (L is no longer needed) */
@@ -886,7 +1014,14 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
 
 /* ---- host side ---- */
 
-static std::atomic<size_t> smem_set[18][64]; /* per kernel instance and device */
+/* A launch of one of the form's kernels. */
+static cudaError_t cp_launch(void (*kern)(const cp_params), unsigned grid, size_t smem, cudaStream_t st,
+                             const cp_params &P) {
+    VLACU_LAUNCH(kern, grid, NT, smem, st, P);
+    return cudaGetLastError();
+}
+
+static std::atomic<size_t> smem_set[19][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -947,6 +1082,11 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     ktimer kt;
     kt.start(st);
     cp_params Pp = P;
+    static const int variant = [] { /* read once a process */
+        const char *e = getenv("VLA_CP_VARIANT");
+        return e && *e ? atoi(e) : (int)CPV_DEFAULT;
+    }();
+    Pp.variant = variant;
     if (kt.on && cudaMalloc((void **)&kt.prof, 32 * sizeof(long long)) == cudaSuccess) {
         cudaMemset(kt.prof, 0, 32 * sizeof(long long));
         Pp.prof = kt.prof;
@@ -957,17 +1097,17 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
-        VLACU_LAUNCH(kg, BH * (nseg - 1) * (unsigned)P.gparts, NT, (size_t)C * (DK + LD_PAD) * 4, st, PP);
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        if ((e = cp_launch(kg, BH * (nseg - 1) * (unsigned)P.gparts, (size_t)C * (DK + LD_PAD) * 4, st, PP)) != cudaSuccess) return e;
         kt.mark("gram", st);
-        VLACU_LAUNCH(kp, BH * (DK * DK / NT), NT, 0, st, PP);
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        if ((e = cp_launch(kp, BH * (unsigned)(DK * DK * prefix_runs((nseg - 1) * P.gparts) / NT), 0, st, PP)) != cudaSuccess) return e;
         kt.mark("prefix", st);
     }
-    const kfn ka = apart_kernel<DK>;
-    if ((e = raise(slot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
-    VLACU_LAUNCH(ka, BH * nseg, NT, apart_smem<DK>::bytes, st, PP);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    kfn ka = apart_kernel<DK, 2>;
+    int aslot = slot;
+    if constexpr (DK == 32)
+        if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
+    if ((e = raise(aslot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
+    if ((e = cp_launch(ka, BH * nseg, apart_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
     kt.mark("apart", st);
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
     if (P.wnseg > 1) { /* segments (bv = 32): their maps, the scan over them, each segment's walk */
@@ -977,23 +1117,21 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         if ((e = raise(slot2, km, sc)) != cudaSuccess || (e = raise(slot2 + 1, ks, sc)) != cudaSuccess ||
             (e = raise(slot2 + 2, kl, sc)) != cudaSuccess)
             return e;
-        VLACU_LAUNCH(km, BH * ((unsigned)(DK / 32) + nvb) * ns, NT, sc, st, PP);
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        VLACU_LAUNCH(ks, BH * nvb, NT, sc, st, PP);
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        VLACU_LAUNCH(kl, BH * nvb * ns, NT, sc, st, PP);
+        if ((e = cp_launch(km, BH * ((unsigned)(DK / 32) + nvb) * ns, sc, st, PP)) != cudaSuccess) return e;
+        if ((e = cp_launch(ks, BH * nvb, sc, st, PP)) != cudaSuccess) return e;
+        if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
     } else {
         const kfn kc = bv == 8 ? walk_kernel<DK, 8, W_PLAIN> : bv == 16 ? walk_kernel<DK, 16, W_PLAIN> : walk_kernel<DK, 32, W_PLAIN>;
         const size_t sc = bv == 8 ? walk_smem<DK, 8>::bytes : bv == 16 ? walk_smem<DK, 16>::bytes : walk_smem<DK, 32>::bytes;
         if ((e = raise(slot + (bv == 8 ? 1 : bv == 16 ? 2 : 5), kc, sc)) != cudaSuccess) return e;
-        VLACU_LAUNCH(kc, BH * nvb, NT, sc, st, PP);
+        if ((e = cp_launch(kc, BH * nvb, sc, st, PP)) != cudaSuccess) return e;
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("walk", st);
     const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32> : output_kernel<DK, 64>;
     const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
     if ((e = raise(slot + (P.a.dv <= 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
-    VLACU_LAUNCH(ko, BH * nch, NT, so, st, PP);
+    if ((e = cp_launch(ko, BH * nch, so, st, PP)) != cudaSuccess) return e;
     kt.mark("output", st);
     kt.finish(P.a);
     return cudaGetLastError();
@@ -1010,7 +1148,7 @@ template <void (*K)(const cp_params)> static size_t static_of() {
 }
 
 template <int DK> static size_t max_smem(int dv) {
-    size_t m = cp::apart_smem<DK>::bytes + static_of<cp::apart_kernel<DK>>();
+    size_t m = cp::apart_smem<DK>::bytes + static_of<cp::apart_kernel<DK, 2>>();
     const size_t w = cp::walk_smem<DK, 16>::bytes + static_of<cp::walk_kernel<DK, 16, cp::W_PLAIN>>();
     const size_t o = dv <= 32 ? cp::output_smem<DK, 32>::bytes + static_of<cp::output_kernel<DK, 32>>()
                               : cp::output_smem<DK, 64>::bytes + static_of<cp::output_kernel<DK, 64>>();
@@ -1078,7 +1216,7 @@ extern "C" int vlacu_chunkpar_ok(int dk, int dv, int chunk, int refresh, const v
 /* Chunks per segment of the A part. A segment is one block: it inverts M once, then carries A
  * over its chunks (A_end = A0 - Z^T Z), so longer segments do fewer inversions (each costs about
  * r chunks' worth of the rest) but expose less parallelism. Picks the S (a power of two) that
- * minimises waves x (S + r), two blocks a multiprocessor (their shared memory and registers). */
+ * minimises waves x (S + r), two blocks a multiprocessor. */
 int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
     if (a.mech != VLACU_VLA) return 1; /* no A part: nothing to amortise */
     const double r = chunkpar_dk(a) == 64 ? 1.5 : 0.4;
@@ -1092,6 +1230,12 @@ int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
         if (S >= nch) break;
     }
     return best;
+}
+
+/* apart_kernel's blocks a multiprocessor (its register cap) for nseg segments a head. */
+int chunkpar_apart_minb(const vlacu_args &a, const vlacu_device &dev, int nseg) {
+    const long long blocks = (long long)a.B * a.H * nseg, sms = dev.sm_count > 0 ? dev.sm_count : 1;
+    return chunkpar_dk(a) == 32 && dev.cc_major >= 8 && blocks > 2 * sms ? 3 : 2;
 }
 
 int chunkpar_gram_parts(int seg) { return (seg + cp::GRAM_SUB - 1) / cp::GRAM_SUB; }

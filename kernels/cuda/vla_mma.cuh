@@ -138,7 +138,9 @@ __device__ __forceinline__ float u2f(unsigned u) { return __uint_as_float(u); }
 #endif
 
 /* tf32(x): round the 13 low mantissa bits off, to nearest, ties away (cvt.rna.tf32.f32 on finite
- * values; an infinity stays one). Integer form so the emulator rounds identically. */
+ * values; an infinity stays one). Integer form: two integer operations, so the emulator rounds
+ * identically. (The cvt.rna.tf32.f32 instruction was slower on the H200: the (8,16,64) T = 2048
+ * VLA forward took 1.80 ms with it against 1.59 ms, benchmarks/results/2026-11-30-h200-session5.) */
 __device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u) & 0xffffe000u; }
 __device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &small) {
     big = tf32_of(x);
@@ -225,6 +227,24 @@ __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B
         for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
 #pragma unroll
         for (int q = 0; q < 2; q++) split_tf32(B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
+        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_tf32(e, as, bb);
+        mma_tf32(e, ab, bs);
+        mma_tf32(e, ab, bb);
+#pragma unroll
+        for (int q = 0; q < 4; q++) d[q] += e[q];
+    }
+}
+
+/* As warp_mma, with B read transposed: B[c * ldb + p]. */
+__device__ __forceinline__ void warp_mma_bt(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
+    const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
+    for (int k0 = 0; k0 < kn; k0 += 8) {
+        unsigned ab[4], as[4], bb[2], bs[2];
+#pragma unroll
+        for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
+#pragma unroll
+        for (int q = 0; q < 2; q++) split_tf32(B[g * ldb + k0 + t + q * 4], bb[q], bs[q]);
         float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_tf32(e, as, bb);
         mma_tf32(e, ab, bs);

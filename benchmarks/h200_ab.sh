@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Session 5 on the H200: A/B of the chunk-parallel form in one device call. Builds (sm_90) the
+# working tree ("new") and the tree in .ab/old ("old": `git archive <commit> | tar -x -C .ab/old`,
+# an ignored folder, carried), then times bench_cuda_targets --only vla-chunked,delta at
+# $AB_SHAPES under each configuration of $AB_CONFIGS ("build" or "build:VAR=value", the variable
+# set for that run), twice in turn (drift shows as a difference between the rounds), runs
+# test_cuda on "new" (and under VLA_CP_VARIANT=0) and prints per-kernel profiles
+# (VLA_CUDA_KERNEL_TIMES=1) at $AB_PROFILE. Every log goes into $OUT/ab.tar.gz (the device tool
+# brings back 8 files at most); the medians are printed.
+# Usage on the device (carry [".debs", ".ab"]): OUT=... bash benchmarks/h200_ab.sh
+# (Runs 2-4 of benchmarks/results/2026-11-30-h200-session5 used earlier states of this script
+# with development switches since removed; that folder's README lists them.)
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/h200-out}
+W=/tmp/ab && rm -rf "$W" && mkdir -p "$W" "$OUT"
+START=$SECONDS
+S="$W/summary.txt"
+log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+source "$ROOT/benchmarks/h200_env.sh"
+build() { # src dir, build dir, extra CUDA flags
+  { cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DVLA_OPENCL=OFF ${3:+"-DCMAKE_CUDA_FLAGS=$3"} &&
+    cmake --build "$2" -j"$(nproc)" --target test_cuda bench_cuda_targets; } > "$W/build-$(basename "$2").log" 2>&1 ||
+    { tail -30 "$W/build-$(basename "$2").log"; exit 1; }
+}
+build . "$ROOT/build-ab-new" & build .ab/old "$ROOT/build-ab-old" & wait
+log "built"
+bench() { find "$ROOT/build-ab-$1" -name bench_cuda_targets -type f | head -1; }
+shapes=(); for s in ${AB_SHAPES:-1,4,32,2048 1,4,32,8192 8,16,64,2048}; do shapes+=(--shape "$s"); done
+"$(bench new)" --only delta --shape 1,4,32,2048 > "$W/limits.md" 2>&1; log "limits: $(grep -h 'copy' "$W/limits.md" | head -1)"
+CONFIGS=${AB_CONFIGS:-"old new new:VLA_CP_VARIANT=0"}
+for round in 1 2; do
+  for c in $CONFIGS; do
+    b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
+    f="$W/bench-r$round-${c//[:=]/_}.txt"
+    env "${envs[@]}" timeout 120 "$(bench "$b")" --no-limits --only vla-chunked,delta "${shapes[@]}" > "$f.md" 2> "$f"
+    echo "== round $round $c: $(grep -E ' ms \(' "$f" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-3)}')" | tee -a "$S"
+  done
+done
+for c in new new:VLA_CP_VARIANT=0; do
+  b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
+  env "${envs[@]}" CK_FORK=no timeout 150 "$ROOT/build-ab-$b/tests/test_cuda" > "$W/test_cuda-${c//[:=]/_}.log" 2>&1
+  log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-${c//[:=]/_}.log")"
+done
+for b in old new; do
+  for s in ${AB_PROFILE:-1,4,32,2048 8,16,64,2048}; do
+    echo "== $b shape $s" >> "$W/profile.txt"
+    VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick --only vla-chunked --shape "$s" 2>&1 |
+      grep -E "chunkpar|cycles|ms \(" | tail -4 >> "$W/profile.txt"
+  done
+done
+log "done"
+tar -C "$W" -czf "$OUT/ab.tar.gz" .
+cat "$W/profile.txt"
