@@ -151,7 +151,7 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
                 while ((ri + 1) * (ri + 2) <= w) ri++; /* tiles of row blocks < ri: ri (ri + 1) */
                 const int ci = w - ri * (ri + 1), r0 = m0 + 16 * ri, c0 = m0 + 8 * ci;
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                warp_mma_bt(G + r0 * ldg + k0, ldg, G + c0 * ldg + k0, ldg, 16, d);
+                warp_mma<true>(G + r0 * ldg + k0, ldg, G + c0 * ldg + k0, ldg, 16, d);
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const int i = r0 + g + (q >> 1) * 8, j = c0 + 2 * t + (q & 1);

@@ -217,8 +217,10 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
     }
 }
 
-/* d += A[16 x kn] B[kn x 8] for one 16 x 8 tile (A[r * lda + p], B[p * ldb + c]), kn a multiple of
- * 8, accumulated as mmb does; called by a whole warp. d[q] is row g + 8 (q / 2), column 2 t + q % 2. */
+/* d += A[16 x kn] op(B)[kn x 8] for one 16 x 8 tile (A[r * lda + p]; B[p * ldb + c], or B[c * ldb + p]
+ * when TB), kn a multiple of 8, accumulated as mmb does; called by a whole warp. d[q] is row
+ * g + 8 (q / 2), column 2 t + q % 2. */
+template <bool TB = false>
 __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
     const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
     for (int k0 = 0; k0 < kn; k0 += 8) {
@@ -226,25 +228,7 @@ __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B
 #pragma unroll
         for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
 #pragma unroll
-        for (int q = 0; q < 2; q++) split_tf32(B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
-        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_tf32(e, as, bb);
-        mma_tf32(e, ab, bs);
-        mma_tf32(e, ab, bb);
-#pragma unroll
-        for (int q = 0; q < 4; q++) d[q] += e[q];
-    }
-}
-
-/* As warp_mma, with B read transposed: B[c * ldb + p]. */
-__device__ __forceinline__ void warp_mma_bt(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
-    const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
-    for (int k0 = 0; k0 < kn; k0 += 8) {
-        unsigned ab[4], as[4], bb[2], bs[2];
-#pragma unroll
-        for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
-#pragma unroll
-        for (int q = 0; q < 2; q++) split_tf32(B[g * ldb + k0 + t + q * 4], bb[q], bs[q]);
+        for (int q = 0; q < 2; q++) split_tf32(TB ? B[g * ldb + k0 + t + q * 4] : B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
         float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_tf32(e, as, bb);
         mma_tf32(e, ab, bs);
