@@ -8,6 +8,10 @@
 # (VLA_CUDA_KERNEL_TIMES=1) at $AB_PROFILE. Every log goes into $OUT/ab.tar.gz (the device tool
 # brings back 8 files at most); the medians are printed.
 # Usage on the device (carry [".debs", ".ab"]): OUT=... bash benchmarks/h200_ab.sh
+# Session 6 added: AB_BUILDS ("name:CUDA flags ...": more builds of the working tree, e.g.
+# "newf3:-DVLA_TF32_FAST3"), AB_TESTS (test_cuda configurations, default "new
+# new:VLA_CP_VARIANT=0"), AB_PROFILE_CONFIGS (default "old new"; the profile now includes delta),
+# AB_TREES ("name:dir": more source trees, e.g. "mid:.ab/mid").
 # (Runs 2-4 of benchmarks/results/2026-11-30-h200-session5 used earlier states of this script
 # with development switches since removed; that folder's README lists them.)
 set -uo pipefail
@@ -24,7 +28,10 @@ build() { # src dir, build dir, extra CUDA flags
     cmake --build "$2" -j"$(nproc)" --target test_cuda bench_cuda_targets; } > "$W/build-$(basename "$2").log" 2>&1 ||
     { tail -30 "$W/build-$(basename "$2").log"; exit 1; }
 }
-build . "$ROOT/build-ab-new" & build .ab/old "$ROOT/build-ab-old" & wait
+build . "$ROOT/build-ab-new" & build .ab/old "$ROOT/build-ab-old" &
+for x in ${AB_BUILDS:-}; do build . "$ROOT/build-ab-${x%%:*}" "${x#*:}" & done # name:flags, the working tree
+for x in ${AB_TREES:-}; do build "${x#*:}" "$ROOT/build-ab-${x%%:*}" & done # name:dir (an ignored folder, carried)
+wait
 log "built"
 bench() { find "$ROOT/build-ab-$1" -name bench_cuda_targets -type f | head -1; }
 shapes=(); for s in ${AB_SHAPES:-1,4,32,2048 1,4,32,8192 8,16,64,2048}; do shapes+=(--shape "$s"); done
@@ -38,16 +45,17 @@ for round in 1 2; do
     echo "== round $round $c: $(grep -E ' ms \(' "$f" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-3)}')" | tee -a "$S"
   done
 done
-for c in new new:VLA_CP_VARIANT=0; do
+for c in ${AB_TESTS:-new new:VLA_CP_VARIANT=0}; do
   b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
   env "${envs[@]}" CK_FORK=no timeout 150 "$ROOT/build-ab-$b/tests/test_cuda" > "$W/test_cuda-${c//[:=]/_}.log" 2>&1
   log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-${c//[:=]/_}.log")"
 done
-for b in old new; do
+for c in ${AB_PROFILE_CONFIGS:-old new}; do
+  b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
   for s in ${AB_PROFILE:-1,4,32,2048 8,16,64,2048}; do
-    echo "== $b shape $s" >> "$W/profile.txt"
-    VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick --only vla-chunked --shape "$s" 2>&1 |
-      grep -E "chunkpar|cycles|ms \(" | tail -4 >> "$W/profile.txt"
+    echo "== $c shape $s" >> "$W/profile.txt"
+    env "${envs[@]}" VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick --only vla-chunked,delta --shape "$s" 2>&1 |
+      grep -E "chunkpar|cycles|ms \(" | tail -8 >> "$W/profile.txt"
   done
 done
 log "done"

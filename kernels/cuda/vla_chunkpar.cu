@@ -18,9 +18,11 @@
  *
  * Kernels (one-dimensional grids):
  *   cp_gram    [BH x (nseg-1) x gparts]   U^T U over a part of segment g's chunks -> Gp (double)
- *   cp_prefix  [BH x DK^2 R/256] Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1})
- *   cp_apart   [BH x nseg]       A at the segment start = M_g^{-1}, carried over its chunks; per
- *                                chunk a_t -> Al, W, Y, and the map P, Q
+ *   cp_prefix  [BH x DK^2 R/256] Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1});
+ *                                with few parts (P.fold) cp_apart sums them itself instead
+ *   cp_apart   [BH x nseg]       (VLA) A at the segment start = M_g^{-1}, carried over its chunks;
+ *                                per chunk a_t -> Al, W, Y, and the map P, Q
+ *   cp_sfac    [BH x nch]        (linear, delta) a chunk's Al = beta k^ or phi(k), W, Y, P, Q
  *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out (with few heads
  *                                and many chunks: three launches over segments, see walk_kernel)
  *   cp_output  [BH x nch]        o
@@ -50,7 +52,7 @@ constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #endif
 
-/* The inverse of the N x N matrix src (global, row-major, double) by Gauss-Jordan elimination
+/* The inverse of the N x N matrix M (double; src(r0, c0, m) puts its R x R block at r0, c0 in m) by Gauss-Jordan elimination
  * without pivoting (exact for symmetric positive definite matrices: every pivot is a Schur
  * complement's diagonal, > 0). Each thread keeps an R x R block in registers (R = N / 16: rows
  * R (tid / 16) .., columns R (tid % 16) ..); at step k the owners of row k and of column k publish
@@ -59,15 +61,12 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
  * form, three loads and a store of every entry a step, took 177k cycles a block at N = 64.) Then
  * out(i, j, entry) for the thread's entries; no barrier at the end. A non-positive or NaN pivot
  * gives non-finite entries, which then show in every output of the segment. */
-template <int N, typename F> __device__ __forceinline__ void gj_inverse(const double *src, double *buf, F out) {
+template <int N, typename S, typename F> __device__ __forceinline__ void gj_inverse(S src, double *buf, F out) {
     constexpr int R = N / 16;
     static_assert(R * R * NT == N * N, "N x N must split over NT threads as 16 x 16 blocks");
     const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
     double m[R][R];
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int j = 0; j < R; j++) m[i][j] = src[(r0 + i) * N + c0 + j];
+    src(r0, c0, m);
 #pragma unroll 1
     for (int k = 0; k < N; k++) {
         double *row = buf + (k & 1) * 2 * N, *col = row + N;
@@ -493,18 +492,23 @@ __host__ __device__ inline int prefix_runs(int nq) {
     return r;
 }
 
+/* Entry (i, j) of M_0 = A_0^{-1}: A_in^{-1}, or lambda0 I as the inverse of the float A_0 = I / lambda0
+ * (the identity on padded coordinates). */
+__device__ __forceinline__ double m0_entry(const cp_params &P, int bh, int i, int j) {
+    const int dk = P.a.dk;
+    if (i >= dk || j >= dk) return i == j ? 1.0 : 0.0;
+    if (P.Minv) return P.Minv[(size_t)bh * dk * dk + i * dk + j];
+    return i == j ? 1.0 / (double)(float)(1.0 / P.a.lambda0) : 0.0;
+}
+
 template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
     __shared__ double tot[NT];
-    const vlacu_args &a = P.a;
     const int nq = (P.nseg - 1) * P.gparts; /* parts in segment order */
     const int R = prefix_runs(nq), E = NT / R, per = DK * DK / E;
     const int bh = blockIdx.x / per, run = threadIdx.x / E, e = (blockIdx.x % per) * E + threadIdx.x % E;
     if (head_skipped(P, bh)) return;
-    const int i = e / DK, jj = e - i * DK, dk = a.dk;
-    double m0; /* M_0 = A_0^{-1}: A_in^{-1}, or lambda0 I as the inverse of the float A_0 = I / lambda0 */
-    if (i >= dk || jj >= dk) m0 = i == jj ? 1.0 : 0.0;
-    else if (P.Minv) m0 = P.Minv[(size_t)bh * dk * dk + i * dk + jj];
-    else m0 = i == jj ? 1.0 / (double)(float)(1.0 / a.lambda0) : 0.0;
+    const int i = e / DK, jj = e - i * DK;
+    const double m0 = m0_entry(P, bh, i, jj);
     double *s = P.Md + (size_t)bh * P.nseg * DK * DK + e;
     const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + e;
     const int L = (nq + R - 1) / R, q0 = imin(nq, run * L), q1 = imin(nq, q0 + L);
@@ -535,7 +539,123 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
     }
 }
 
-/* ---- cp_apart: one chunk's A part (VLA-MATH 2.3) and its S factors ----
+/* Phases 10-12 of chunk j (tokens ts .., c of them): its S factors (VLA-MATH 2.3) from K (the
+ * read keys, normalised) and Al (the write directions), C x DK in shared memory (ld DK + LD_PAD),
+ * with V's first DK columns in flight to Vs (async_rows; the rest are staged here):
+ * Lw = strict(K Al^T), [W | Y] = (I + Lw)^{-1} [K | V], the chunk map P = I - Al^T W, Q = Al^T Y.
+ * W, Y, P, Q go to global memory, and Al too when store_al. K is overwritten with W; G (C x C + LD_PAD)
+ * and scr (16 x 48 + LD_PAD, tensor-core form) are scratch; Y lands in Ys, DK columns at a time
+ * (INPLACE: Ys is Vs, as the FMA form needs). Ends with a barrier. */
+template <int DK, bool INPLACE>
+__device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int ts, int c, const float *vsrc, size_t sv, bool store_al,
+                          float *K, float *Al, float *G, float *Vs, float *Ys, float *scr, bool first) {
+    static_assert(INPLACE || VLA_CP_TC, "the FMA form solves Y in place");
+    const vlacu_args &a = P.a;
+    const int dv = a.dv;
+    constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
+    float *Alg = P.Al + ((size_t)bh * a.T + ts) * DK, *Wg = P.W + ((size_t)bh * a.T + ts) * DK;
+    if (store_al)
+        for (int e = threadIdx.x; e < c * DK; e += NT) {
+            const int t = e / DK, i = e - t * DK;
+            Alg[e] = Al[t * ld + i];
+        }
+    /* 10. Lw = strictly_lower(K Al^T) into G */
+    {
+        typedef blk<C, C> tl;
+        float x[tl::NE];
+        zerob<C, C>(x);
+        mmb<C, C, DK, false, true>(K, ld, Al, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = tl::col(i) < tl::row(i) ? x[i] : 0.0f;
+    }
+    __syncthreads();
+    if (first) PROF(10);
+    /* 11. [W | Y] = (I + Lw)^{-1} [K | V]: W in place of K, Y on DK columns of V at a time (staged
+     * in Vs). Tensor cores: the explicit inverse, then products. FMA units: one thread per column
+     * substitutes in place (threads < DK for W, 128 .. 128 + DK - 1 for Y; Ys must be Vs there). */
+    float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
+#if VLA_CP_TC
+    unit_lower_inverse(G, ldc, scr, 48 + LD_PAD); /* G <- (I + Lw)^{-1} */
+    if (first) PROF(17);
+#endif
+    for (int v0 = 0; v0 < dv; v0 += DK) {
+        const int nv = imin(DK, dv - v0);
+        if (v0 == 0) async_wait(); /* prefetched */
+        else stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
+        __syncthreads();
+        if (first && v0 == 0) PROF(16);
+#if VLA_CP_TC
+        if (INPLACE) { /* Y = T V over V, and (first block) W = T K over K: all of V and K read first */
+            typedef blk<C, DK> tl;
+            float y[tl::NE], w[tl::NE];
+            zerob<C, DK>(y);
+            zerob<C, DK>(w);
+            mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
+            if (v0 == 0) mmb<C, DK, C, false, false>(G, ldc, K, ld, w);
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++) Vs[tl::row(i) * ld + tl::col(i)] = y[i];
+            if (v0 == 0)
+#pragma unroll
+                for (int i = 0; i < tl::NE; i++) K[tl::row(i) * ld + tl::col(i)] = w[i];
+        } else { /* Y = T V into Ys, W = T K over K (all of K read first); fewer live registers */
+            {
+                typedef blk<C, DK> tl;
+                float y[tl::NE];
+                zerob<C, DK>(y);
+                mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
+#pragma unroll
+                for (int i = 0; i < tl::NE; i++) Ys[tl::row(i) * ld + tl::col(i)] = y[i];
+            }
+            if (v0 == 0) {
+                typedef blk<C, DK> tl;
+                float w[tl::NE];
+                zerob<C, DK>(w);
+                mmb<C, DK, C, false, false>(G, ldc, K, ld, w);
+                __syncthreads();
+#pragma unroll
+                for (int i = 0; i < tl::NE; i++) K[tl::row(i) * ld + tl::col(i)] = w[i];
+            }
+        }
+#else
+        if (v0 == 0 && threadIdx.x < DK) fwd_subst<true>(G, ldc, nullptr, K + threadIdx.x, ld);
+        if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
+#endif
+        __syncthreads();
+        if (first && v0 == 0) PROF(18);
+        if (v0 == 0)
+            for (int e = threadIdx.x; e < c * DK; e += NT) {
+                const int t = e / DK, i = e - t * DK;
+                Wg[e] = K[t * ld + i];
+            }
+        for (int e = threadIdx.x; e < c * DK; e += NT) {
+            const int t = e / DK, cc = e - t * DK;
+            if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Ys[t * ld + cc];
+        }
+        /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
+        {
+            typedef blk<DK, DK> tl;
+            float x[tl::NE];
+            if (v0 == 0) {
+                zerob<DK, DK>(x);
+                mmb<DK, DK, C, true, false>(Al, ld, K, ld, x);
+                float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
+#pragma unroll
+                for (int i = 0; i < tl::NE; i++)
+                        pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - x[i];
+            }
+            zerob<DK, DK>(x);
+            mmb<DK, DK, C, true, false>(Al, ld, Ys, ld, x);
+            float *qg = P.Qm + ((size_t)bh * P.nch + j) * DK * dv + v0;
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++)
+                    if (tl::col(i) < nv) qg[(size_t)tl::row(i) * dv + tl::col(i)] = x[i];
+        }
+        __syncthreads();
+    }
+}
+
+/* ---- cp_apart (VLA): a segment's chunks in turn, each its A part (VLA-MATH 2.3) and S factors ----
  * apart_kernel's register cap: MINB blocks a multiprocessor. At dk = 32 two (128 registers) run a
  * chunk faster, three (80 registers, 61 KiB of shared memory each) more chunks at once: three when
  * the launch has more blocks than two a multiprocessor hold (chunkpar_apart_minb; on sm_80+: a
@@ -561,13 +681,10 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
     float *rdiag = Al + C * ld;
 
-    /* linear and delta (without g) take the S path only: no A part, one chunk a block */
-    const bool vla = a.mech == VLACU_VLA;
     /* the first chunk's raw k (and u) rows in flight while A0 is formed */
-    if (vla) issue_uk<DK>(a, b, h, j0 * P.C, imin(P.C, a.T - j0 * P.C), U, K, ld);
+    issue_uk<DK>(a, b, h, j0 * P.C, imin(P.C, a.T - j0 * P.C), U, K, ld);
     /* 1. A at the segment start: A_0, or the inverse of M (the Gram prefix) */
-    if (!vla) {
-    } else if (g == 0) {
+    if (g == 0) {
         const float ainit = (float)(1.0 / a.lambda0);
         for (int e = threadIdx.x; e < DK * DK; e += NT) {
             const int i = e / DK, jj = e - i * DK;
@@ -576,38 +693,52 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
             A0[i * ld + jj] = x;
         }
     } else {
-        const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
-        gj_inverse<DK>(src, (double *)G, [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; });
+        constexpr int R = DK / 16;
+        auto put = [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; };
+        if (P.fold) { /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch) */
+            gj_inverse<DK>([&](int r0, int c0, double (&m)[R][R]) {
+                const int nq = g * P.gparts;
+                const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
+#pragma unroll
+                for (int i = 0; i < R; i++)
+#pragma unroll
+                    for (int jj = 0; jj < R; jj++) m[i][jj] = m0_entry(P, bh, r0 + i, c0 + jj);
+                constexpr int U = 16 / (R * R); /* parts a round trip: 16 loads in flight a thread */
+                for (int q0 = 0; q0 < nq; q0 += U) {
+                    double x[U][R][R];
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+#pragma unroll
+                        for (int i = 0; i < R; i++)
+#pragma unroll
+                            for (int jj = 0; jj < R; jj++)
+                                x[u][i][jj] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK + (r0 + i) * DK + c0 + jj] : 0.0;
+#pragma unroll
+                    for (int u = 0; u < U; u++) /* in part order, as cp_prefix with one run */
+#pragma unroll
+                        for (int i = 0; i < R; i++)
+#pragma unroll
+                            for (int jj = 0; jj < R; jj++) m[i][jj] += x[u][i][jj];
+                }
+            }, (double *)G, put);
+        } else {
+            const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
+            gj_inverse<DK>([&](int r0, int c0, double (&m)[R][R]) {
+#pragma unroll
+                for (int i = 0; i < R; i++)
+#pragma unroll
+                    for (int jj = 0; jj < R; jj++) m[i][jj] = src[(r0 + i) * DK + c0 + jj];
+            }, (double *)G, put);
+        }
     }
     __syncthreads(); /* the inversion's buffers are G's place: done before G is formed */
     PROF(1);
 
     for (int j = j0; j < j1; j++, first = false) {
     const int ts = j * P.C, c = imin(P.C, a.T - ts);
-    /* V's first DK columns go to U's place (U is free from step 5 on; unused without the A part),
-     * in flight while the A part runs */
+    /* V's first DK columns go to U's place once U is read (step 4), in flight while the A part runs */
     const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
     const size_t sv = (size_t)a.H * dv;
-    if (!vla) async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv));
-    if (!vla) {
-        /* The write directions Al: phi(k) (linear) or beta_t k^_t (delta); the read keys K: k^
-         * (delta) or 0 (linear: the plain sum has no residual, so W = 0, Y = V, P = I). */
-        load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
-        __syncthreads();
-        if (a.mech == VLACU_DELTA) norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
-        __syncthreads();
-        stage<C, DK>(Al, ld, [&](int t, int i) {
-            const bool bt = a.mech == VLACU_DELTA && a.beta && t < c;
-            return (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
-        });
-        __syncthreads();
-        if (a.mech == VLACU_LINEAR)
-            for (int e = threadIdx.x; e < C * DK; e += NT) {
-                const int t = e / DK, i = e - t * DK;
-                K[t * ld + i] = 0.0f;
-            }
-        __syncthreads();
-    } else {
     /* 2. U and K */
     if (j == j0) finish_uk<DK>(a, c, U, K, ld);
     else load_uk<DK>(a, b, h, ts, c, U, K, ld);
@@ -700,97 +831,60 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     }
     __syncthreads();
     if (first) PROF(9);
-    } /* vla */
-    float *Alg = P.Al + ((size_t)bh * a.T + ts) * DK, *Wg = P.W + ((size_t)bh * a.T + ts) * DK;
-    for (int e = threadIdx.x; e < c * DK; e += NT) {
-        const int t = e / DK, i = e - t * DK;
-        Alg[e] = Al[t * ld + i];
-    }
-    /* 10. Lw = strictly_lower(K Al^T) into G */
-    {
-        typedef blk<C, C> tl;
-        float x[tl::NE];
-        zerob<C, C>(x);
-        mmb<C, C, DK, false, true>(K, ld, Al, ld, x);
-#pragma unroll
-        for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = tl::col(i) < tl::row(i) ? x[i] : 0.0f;
-    }
-    __syncthreads();
-    if (first) PROF(10);
-    /* 11. [W | Y] = (I + Lw)^{-1} [K | V]: W in place of K, Y on DK columns of V at a time, staged in
-     * U's place. Tensor cores: the explicit inverse, then products. FMA units: one thread per
-     * column substitutes (threads < DK for W, 128 .. 128 + DK - 1 for Y). */
-    float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
-    float *Vs = U; /* [C][ld]: U is no longer needed; its first DK columns are in flight */
-#if VLA_CP_TC
-    unit_lower_inverse(G, ldc, UA, 48 + LD_PAD); /* G <- (I + Lw)^{-1}; UA (Z) is no longer needed */
-    if (first) PROF(17);
-    float *Ys = UA; /* Y, DK columns at a time */
+#if VLA_CP_TC /* Y, DK columns at a time, into UA's place (Z is no longer needed) */
+    s_factors<DK, false>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, U, UA, UA, first);
 #else
-    float *Ys = Vs; /* solved in place */
+    s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, U, U, UA, first);
 #endif
-    for (int v0 = 0; v0 < dv; v0 += DK) {
-        const int nv = imin(DK, dv - v0);
-        if (v0 == 0) async_wait(); /* prefetched */
-        else stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
-        __syncthreads();
-        if (first && v0 == 0) PROF(16);
-#if VLA_CP_TC
-        { /* Y = T V into UA's place (free now), W = T K over K (all of K read first) */
-            typedef blk<C, DK> tl;
-            float y[tl::NE];
-            zerob<C, DK>(y);
-            mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
-#pragma unroll
-            for (int i = 0; i < tl::NE; i++) Ys[tl::row(i) * ld + tl::col(i)] = y[i];
-        }
-        if (v0 == 0) {
-            typedef blk<C, DK> tl;
-            float w[tl::NE];
-            zerob<C, DK>(w);
-            mmb<C, DK, C, false, false>(G, ldc, K, ld, w);
-            __syncthreads();
-#pragma unroll
-            for (int i = 0; i < tl::NE; i++) K[tl::row(i) * ld + tl::col(i)] = w[i];
-        }
-#else
-        if (v0 == 0 && threadIdx.x < DK) fwd_subst<true>(G, ldc, nullptr, K + threadIdx.x, ld);
-        if (threadIdx.x >= 128 && threadIdx.x < 128 + nv) fwd_subst<true>(G, ldc, nullptr, Vs + threadIdx.x - 128, ld);
-#endif
-        __syncthreads();
-        if (first && v0 == 0) PROF(18);
-        if (v0 == 0)
-            for (int e = threadIdx.x; e < c * DK; e += NT) {
-                const int t = e / DK, i = e - t * DK;
-                Wg[e] = K[t * ld + i];
-            }
-        for (int e = threadIdx.x; e < c * DK; e += NT) {
-            const int t = e / DK, cc = e - t * DK;
-            if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Ys[t * ld + cc];
-        }
-        /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
-        {
-            typedef blk<DK, DK> tl;
-            float x[tl::NE];
-            if (v0 == 0) {
-                zerob<DK, DK>(x);
-                mmb<DK, DK, C, true, false>(Al, ld, K, ld, x);
-                float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
-#pragma unroll
-                for (int i = 0; i < tl::NE; i++)
-                        pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - x[i];
-            }
-            zerob<DK, DK>(x);
-            mmb<DK, DK, C, true, false>(Al, ld, Ys, ld, x);
-            float *qg = P.Qm + ((size_t)bh * P.nch + j) * DK * dv + v0;
-#pragma unroll
-            for (int i = 0; i < tl::NE; i++)
-                    if (tl::col(i) < nv) qg[(size_t)tl::row(i) * dv + tl::col(i)] = x[i];
-        }
-        __syncthreads();
-    }
     if (first) PROF(11);
     }
+}
+
+/* ---- cp_sfac: a chunk's S factors (s_factors) for linear and delta (no A part), one block a
+ * chunk: K, Al, V (Y in place) and G, 74 KiB at dk = 64, three blocks a multiprocessor where
+ * apart_kernel's 106 KiB held two (delta (8,16,64) T = 2048: 0.83 against 0.88 ms). For VLA the
+ * same split (apart_kernel stopping at Al, this kernel reading it back) was no faster: 1.54
+ * against 1.51 ms at (8,16,64) T = 2048, 0.496 against 0.487 at (1,4,32) T = 32768, since the
+ * apart blocks fill the device either way (benchmarks/results/2026-11-30-h200-session6). ---- */
+template <int DK> struct sfac_smem {
+    static constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
+    static constexpr size_t bytes = ((size_t)3 * C * ld + (size_t)C * ldc + (size_t)16 * (48 + LD_PAD)) * 4;
+};
+
+/* MINB: blocks a multiprocessor on sm_80+, where the shared memory holds four (dk = 32) or three
+ * (dk = 64); the register cap is then 64 or 80 (a few bytes spill). (A T4 holds one dk = 32 block
+ * anyway: no cap there.) */
+template <int DK, int MINB> __global__ void __launch_bounds__(NT, VLA_CP_TC ? MINB : 1) sfac_kernel(const cp_params P) {
+    VLACU_DYNSMEM(smem);
+    typedef sfac_smem<DK> S;
+    const vlacu_args &a = P.a;
+    const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
+    if (head_skipped(P, bh)) return;
+    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv;
+    constexpr int ld = S::ld, ldc = S::ldc;
+    float *K = (float *)smem, *Al = K + C * ld, *Vs = Al + C * ld, *G = Vs + C * ld, *scr = G + C * ldc;
+    const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
+    const size_t sv = (size_t)a.H * dv;
+    async_rows<C, DK>(Vs, ld, vsrc, sv, c, imin(DK, dv)); /* V's first DK columns, waited for in s_factors */
+    /* K: k^ = normalize(phi(k)) (delta) or phi(k) (linear) */
+    load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
+    __syncthreads();
+    if (a.mech == VLACU_DELTA) norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
+    __syncthreads();
+    /* the write directions: beta_t k^_t (delta) or phi(k) (linear, whose read keys are 0: the plain
+     * sum has no residual, so W = 0, Y = V, P = I) */
+    stage<C, DK>(Al, ld, [&](int t, int i) {
+        const bool bt = a.mech == VLACU_DELTA && a.beta && t < c;
+        return (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
+    });
+    __syncthreads();
+    if (a.mech == VLACU_LINEAR)
+        for (int e = threadIdx.x; e < C * DK; e += NT) {
+            const int t = e / DK, i = e - t * DK;
+            K[t * ld + i] = 0.0f;
+        }
+    __syncthreads();
+    s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, Vs, Vs, scr, false);
 }
 
 /* ---- cp_walk: the S walk over chunks on BV value columns: X_j -> Xst, X_{j+1} = P_j X_j + Q_j.
@@ -1021,7 +1115,7 @@ static cudaError_t cp_launch(void (*kern)(const cp_params), unsigned grid, size_
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[19][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[21][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -1031,9 +1125,9 @@ static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) 
  * printed to stderr after the call (which then synchronises). */
 struct ktimer {
     bool on;
-    cudaEvent_t ev[6];
+    cudaEvent_t ev[8];
     int n;
-    const char *name[6];
+    const char *name[8];
     void start(cudaStream_t st) {
         static const bool env_on = [] {
             const char *e = getenv("VLA_CUDA_KERNEL_TIMES");
@@ -1044,7 +1138,7 @@ struct ktimer {
         if (on) mark("start", st);
     }
     void mark(const char *what, cudaStream_t st) {
-        if (!on || n >= 6) return;
+        if (!on || n >= 8) return;
         cudaEventCreate(&ev[n]);
         cudaEventRecord(ev[n], st);
         name[n++] = what;
@@ -1087,6 +1181,16 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         return e && *e ? atoi(e) : (int)CPV_DEFAULT;
     }();
     Pp.variant = variant;
+    const bool vla = P.a.mech == VLACU_VLA;
+    /* The Gram prefix summed in apart_kernel (no cp_prefix launch) when the last segment's block
+     * has at most fold_max parts to add (16 loads a thread a round trip: two round trips at dk = 32
+     * (4 entries a thread), eight at dk = 64; cp_prefix is a launch and about 7 us) */
+    static const int fold_env = [] {
+        const char *e = getenv("VLA_CP_FOLD");
+        return e && *e ? atoi(e) : -1;
+    }();
+    const int fold_max = fold_env >= 0 ? fold_env : DK == 32 ? 32 : 8;
+    Pp.fold = vla && P.nseg > 1 && (P.nseg - 1) * P.gparts <= fold_max ? 1 : 0;
     if (kt.on && cudaMalloc((void **)&kt.prof, 32 * sizeof(long long)) == cudaSuccess) {
         cudaMemset(kt.prof, 0, 32 * sizeof(long long));
         Pp.prof = kt.prof;
@@ -1099,16 +1203,25 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
         if ((e = cp_launch(kg, BH * (nseg - 1) * (unsigned)P.gparts, (size_t)C * (DK + LD_PAD) * 4, st, PP)) != cudaSuccess) return e;
         kt.mark("gram", st);
-        if ((e = cp_launch(kp, BH * (unsigned)(DK * DK * prefix_runs((nseg - 1) * P.gparts) / NT), 0, st, PP)) != cudaSuccess) return e;
-        kt.mark("prefix", st);
+        if (!Pp.fold) {
+            if ((e = cp_launch(kp, BH * (unsigned)(DK * DK * prefix_runs((nseg - 1) * P.gparts) / NT), 0, st, PP)) != cudaSuccess) return e;
+            kt.mark("prefix", st);
+        }
     }
-    kfn ka = apart_kernel<DK, 2>;
-    int aslot = slot;
-    if constexpr (DK == 32)
-        if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
-    if ((e = raise(aslot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
-    if ((e = cp_launch(ka, BH * nseg, apart_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
-    kt.mark("apart", st);
+    if (vla) {
+        kfn ka = apart_kernel<DK, 2>;
+        int aslot = slot;
+        if constexpr (DK == 32)
+            if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
+        if ((e = raise(aslot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
+        if ((e = cp_launch(ka, BH * nseg, apart_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
+        kt.mark("apart", st);
+    } else {
+        const kfn kf = sfac_kernel<DK, DK == 32 ? 4 : 3>;
+        if ((e = raise(DK == 32 ? 19 : 20, kf, sfac_smem<DK>::bytes)) != cudaSuccess) return e;
+        if ((e = cp_launch(kf, BH * nch, sfac_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
+        kt.mark("sfac", st);
+    }
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
     if (P.wnseg > 1) { /* segments (bv = 32): their maps, the scan over them, each segment's walk */
         const unsigned ns = (unsigned)P.wnseg;
@@ -1149,6 +1262,8 @@ template <void (*K)(const cp_params)> static size_t static_of() {
 
 template <int DK> static size_t max_smem(int dv) {
     size_t m = cp::apart_smem<DK>::bytes + static_of<cp::apart_kernel<DK, 2>>();
+    const size_t f = cp::sfac_smem<DK>::bytes + static_of<cp::sfac_kernel<DK, DK == 32 ? 4 : 3>>();
+    if (f > m) m = f;
     const size_t w = cp::walk_smem<DK, 16>::bytes + static_of<cp::walk_kernel<DK, 16, cp::W_PLAIN>>();
     const size_t o = dv <= 32 ? cp::output_smem<DK, 32>::bytes + static_of<cp::output_kernel<DK, 32>>()
                               : cp::output_smem<DK, 64>::bytes + static_of<cp::output_kernel<DK, 64>>();

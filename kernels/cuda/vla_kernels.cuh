@@ -93,6 +93,7 @@ struct cp_params {
     int wlen, wnseg;    /* the walk's segments: wlen chunks each, wnseg of them (1: no split) */
     int variant;        /* CPV_* bits (sm_80+ forms of the A part), set by launch_chunkpar */
     int apart_minb;     /* apart_kernel blocks a multiprocessor: 2 or 3 (chunkpar_apart_minb) */
+    int fold;           /* VLA: apart_kernel sums the Gram parts itself (no cp_prefix; set by launch_chunkpar) */
     float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
     float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */

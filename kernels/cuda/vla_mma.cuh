@@ -113,8 +113,9 @@ static inline float u2f(unsigned u) {
     memcpy(&x, &u, 4);
     return x;
 }
-/* The tile product as the PTX ISA defines it: the lanes' fragments gathered, each output summed
- * in double and rounded once (the hardware's float32 accumulation differs in the last bits). */
+/* The tile product as the PTX ISA defines it: the lanes' fragments gathered (each operand's 13 low
+ * bits ignored, as the hardware does), each output summed in double and rounded once (the
+ * hardware's float32 accumulation differs in the last bits). */
 static inline void emu_mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
     struct frag {
         unsigned a[4], b[2];
@@ -127,8 +128,8 @@ static inline void emu_mma_tf32(float (&d)[4], const unsigned (&a)[4], const uns
         const int r = g + (q >> 1) * 8, c = 2 * t + (q & 1);
         double s = 0.0;
         for (int k = 0; k < 8; k++)
-            s += (double)u2f(all[(r & 7) * 4 + (k & 3)].a[(r >> 3) + 2 * (k >> 2)]) *
-                 (double)u2f(all[c * 4 + (k & 3)].b[k >> 2]);
+            s += (double)u2f(all[(r & 7) * 4 + (k & 3)].a[(r >> 3) + 2 * (k >> 2)] & 0xffffe000u) *
+                 (double)u2f(all[c * 4 + (k & 3)].b[k >> 2] & 0xffffe000u); /* the top 19 bits only */
         d[q] = (float)((double)d[q] + s);
     }
 }
@@ -142,9 +143,19 @@ __device__ __forceinline__ float u2f(unsigned u) { return __uint_as_float(u); }
  * identically. (The cvt.rna.tf32.f32 instruction was slower on the H200: the (8,16,64) T = 2048
  * VLA forward took 1.80 ms with it against 1.59 ms, benchmarks/results/2026-11-30-h200-session5.) */
 __device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u) & 0xffffe000u; }
+/* big = tf32(x); small = tf32(x - big) with its 13 low bits left as they fall: mma reads a .tf32
+ * operand's top 19 bits only (CUTLASS's float-to-tf32 converter leaves them for that reason), so
+ * adding half an ulp is the whole rounding and the mask would be one more instruction for the
+ * same product. VLA_TF32_FAST3 (development, A/B): CUTLASS's 3xTF32 default instead, big = x
+ * truncated, small rounded: three instructions, one bit less on the cross terms (2^-21 of |x|
+ * against 2^-22). */
 __device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &small) {
+#ifdef VLA_TF32_FAST3
+    big = f2u(x) & 0xffffe000u;
+#else
     big = tf32_of(x);
-    small = tf32_of(x - u2f(big));
+#endif
+    small = f2u(x - u2f(big)) + 0x1000u;
 }
 
 /* d += a b on one 16 x 8 x 8 tile (fragments as in the PTX ISA for mma.m16n8k8 .tf32). */
