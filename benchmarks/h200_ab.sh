@@ -55,7 +55,7 @@ for c in ${AB_PROFILE_CONFIGS:-old new}; do
   for s in ${AB_PROFILE:-1,4,32,2048 8,16,64,2048}; do
     echo "== $c shape $s" >> "$W/profile.txt"
     env "${envs[@]}" VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick --only vla-chunked,delta --shape "$s" 2>&1 |
-      grep -E "chunkpar|cycles|ms \(" | tail -8 >> "$W/profile.txt"
+      grep -E "chunkpar|cycles|ms \(" >> "$W/profile.txt"
   done
 done
 log "done"

@@ -1040,12 +1040,22 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
 
 /* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) (Y - W X_j) = (Q~ - Pm W) X_j + Pm Y, Pm = tril(Q~ Al^T),
  * VT output columns at a time ---- */
+/* Shared memory: Q~, Al, Pm, and one slot for W, then Y's columns; X's columns go to Al's place
+ * once Pm is formed. At dk = 64 that is 71 KiB, three blocks a multiprocessor (X in a place of its
+ * own took 88 KiB: two); at dk = 32 46 KiB, four (with the register cap MINB sets). */
 template <int DK, int VT> struct output_smem {
     static constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD, ldv = VT + LD_PAD;
-    static constexpr size_t bytes = ((size_t)2 * C * ld + (size_t)C * ldc + (size_t)DK * ldv + (size_t)C * ldv) * 4;
+    static constexpr size_t wy = (size_t)C * (ld > ldv ? ld : ldv); /* W [C][ld], then Y [C][ldv] */
+    static_assert((size_t)DK * ldv <= (size_t)C * ld, "X must fit Al's place");
+    static constexpr size_t bytes = ((size_t)2 * C * ld + (size_t)C * ldc + wy) * 4;
 };
+#ifdef VLA_OUT_MINB1 /* development (A/B): no register cap */
+template <int DK> constexpr int output_minb() { return 1; }
+#else
+template <int DK> constexpr int output_minb() { return VLA_CP_TC ? (DK == 32 ? 4 : 3) : 1; }
+#endif
 
-template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(const cp_params P) {
+template <int DK, int VT> __global__ void __launch_bounds__(NT, output_minb<DK>()) output_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef output_smem<DK, VT> S;
     constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
@@ -1053,9 +1063,8 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
     const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
     if (head_skipped(P, bh)) return;
     const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv, T = a.T;
-    float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *X = Pm + C * ldc, *Yt = X + DK * ldv;
-    float *W = X; /* W in X|Yt's place until Q - Pm W is formed */
-    static_assert((size_t)(DK + C) * ldv >= (size_t)C * ld, "W must fit X|Yt");
+    float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *W = Pm + C * ldc;
+    float *X = Al, *Yt = W; /* after Q - Pm W is formed */
     const float *alg = P.Al + ((size_t)bh * T + ts) * DK, *wg = P.W + ((size_t)bh * T + ts) * DK;
     /* Q, Al and W in flight at once (one memory latency, where one at a time were three) */
     if (a.elu1) load_rows<DK>(a.q, a, b, h, ts, c, true, Q, ld);
@@ -1081,7 +1090,7 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT) output_kernel(co
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) Q[tl::row(i) * ld + tl::col(i)] -= x[i];
     }
-    __syncthreads(); /* W is read before X lands in its place */
+    __syncthreads(); /* Al and W are read before X and Y land in their places */
     const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
     const float *yg = P.Y + ((size_t)bh * T + ts) * dv;
     float *og = a.o + (((size_t)b * T + ts) * a.H + h) * dv;
