@@ -455,7 +455,8 @@ __device__ __forceinline__ bool head_skipped(const cp_params &P, int bh) { retur
 /* ---- cp_gram: the Gram sum U^T U of part p of segment g's chunks (g < nseg - 1) into Gp. A
  * segment's chunks are split over gparts blocks (at most GRAM_SUB chunks each): each chunk is a
  * row load, a normalisation and a 64-deep product behind a barrier, several microseconds of
- * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768). ---- */
+ * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768); the next
+ * chunk's rows are in flight (two buffers) while one is normalised and multiplied. ---- */
 template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
@@ -466,15 +467,35 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
     const int b = bh / a.H, h = bh % a.H, j0 = g * P.seg + p * sub;
     const int j1 = imin(imin(j0 + sub, (g + 1) * P.seg), P.nch);
     const int ld = DK + LD_PAD;
-    float *U = (float *)smem; /* [C][ld] */
+    float *Ub = (float *)smem; /* [2][C][ld]: chunk j's rows in Ub[(j - j0) & 1] */
+    const float *src = a.u ? a.u : a.k;
+    const bool elu1 = !a.u && a.elu1;
+    const size_t stride = (size_t)a.H * a.dk;
+    /* raw rows of chunk jj (u, or k) in flight to buffer s (cp.async on sm_80+) */
+    auto issue = [&](int jj, int s) {
+        const int ts = jj * P.C;
+        async_rows<C, DK>(Ub + s * C * ld, ld, src + (((size_t)b * a.T + ts) * a.H + h) * a.dk, stride,
+                          imin(P.C, a.T - ts), a.dk);
+    };
     typedef blk<DK, DK> tl;
     float acc[tl::NE];
     zerob<DK, DK>(acc);
+    if (j0 < j1) issue(j0, 0);
     for (int j = j0; j < j1; j++) {
-        const int ts = j * P.C, c = imin(P.C, a.T - ts);
-        load_uk<DK>(a, b, h, ts, c, U, nullptr, ld);
+        const int s = (j - j0) & 1, c = imin(P.C, a.T - j * P.C);
+        float *U = Ub + s * C * ld;
+        async_wait();
+        __syncthreads(); /* chunk j's rows have landed; the other buffer's last product is done */
+        if (j + 1 < j1) issue(j + 1, s ^ 1); /* in flight during this chunk's normalisation and product */
+        if (elu1) /* each thread the entries it copied (async_rows' mapping) */
+            for (int e = threadIdx.x; e < C * DK; e += NT) {
+                const int t = e / DK, i = e - t * DK;
+                if (t < c && i < a.dk) U[t * ld + i] = elu1f(U[t * ld + i]);
+            }
+        __syncthreads();
+        norm_rows<DK>(U, ld, (float)a.eps, (float)a.u_scale, nullptr, 0); /* U = s_u normalize(.) */
+        __syncthreads();
         mmb<DK, DK, C, true, false>(U, ld, U, ld, acc);
-        __syncthreads(); /* U is read before the next chunk's rows land */
     }
     double *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
 #pragma unroll
@@ -1210,7 +1231,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
-        if ((e = cp_launch(kg, BH * (nseg - 1) * (unsigned)P.gparts, (size_t)C * (DK + LD_PAD) * 4, st, PP)) != cudaSuccess) return e;
+        if ((e = cp_launch(kg, BH * (nseg - 1) * (unsigned)P.gparts, (size_t)2 * C * (DK + LD_PAD) * 4, st, PP)) != cudaSuccess) return e;
         kt.mark("gram", st);
         if (!Pp.fold) {
             if ((e = cp_launch(kp, BH * (unsigned)(DK * DK * prefix_runs((nseg - 1) * P.gparts) / NT), 0, st, PP)) != cudaSuccess) return e;
