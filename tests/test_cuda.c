@@ -468,21 +468,26 @@ typedef struct long_case {
     vla_algorithm algo;
     double tol;
     int gpu_only; /* too slow for the CPU emulator */
+    int mech;     /* 0: VLA; else the mechanism (DeltaNet with beta) */
 } long_case;
 
 static const long_case long_cases[] = {
-    {1024, 2, 32, VLA_ALGO_SEQUENTIAL, 1e-5, 1}, {1024, 2, 32, VLA_ALGO_CHUNKED, 1e-5, 1},
-    {1024, 2, 32, VLA_ALGO_TWO_LEVEL, 1e-5, 1},  {1024, 2, 16, VLA_ALGO_SCAN, 1e-5, 1},
-    {300, 2, 16, VLA_ALGO_TWO_LEVEL, 1e-5, 0},   {300, 1, 16, VLA_ALGO_SCAN, 1e-5, 0},
-    {16384, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1},   {16384, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1},
-    {131072, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1}, {131072, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1},
-    {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1},
+    {1024, 2, 32, VLA_ALGO_SEQUENTIAL, 1e-5, 1, 0}, {1024, 2, 32, VLA_ALGO_CHUNKED, 1e-5, 1, 0},
+    {1024, 2, 32, VLA_ALGO_TWO_LEVEL, 1e-5, 1, 0},  {1024, 2, 16, VLA_ALGO_SCAN, 1e-5, 1, 0},
+    {300, 2, 16, VLA_ALGO_TWO_LEVEL, 1e-5, 0, 0},   {300, 1, 16, VLA_ALGO_SCAN, 1e-5, 0, 0},
+    {16384, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},   {16384, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1, 0},
+    {131072, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1, 0}, {131072, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
+    {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1, 0},
     /* dk = 64 on the chunk-parallel form: one chunk a block, and segments of 4 chunks (H200) */
-    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1},
+    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, 0},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
     /* 320 heads of 4 chunks: more A-part blocks than two a multiprocessor hold, so the dk = 32
      * instance at three blocks a multiprocessor (80 registers) runs (chunkpar_apart_minb; 21
      * minutes in the emulator, where it passed at 1.2e-6) */
-    {256, 320, 32, VLA_ALGO_CHUNKED, 1e-5, 1},
+    {256, 320, 32, VLA_ALGO_CHUNKED, 1e-5, 1, 0},
+    /* DeltaNet and linear on sfac_kernel: up to two blocks a multiprocessor (T = 1024: 256 chunks in
+     * all) and as many as the shared memory holds (T = 4096 at dk = 64, 2048 at dk = 32) */
+    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, DE}, {4096, 16, 64, VLA_ALGO_CHUNKED, 1e-4, 1, DE},
+    {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, DE}, {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, LI},
 };
 
 START_TEST(test_long) {
@@ -491,15 +496,17 @@ START_TEST(test_long) {
     tu_rng rng;
     tu_seed(&rng, seed_base + 900 + (uint64_t)_i);
     vla_attn_desc d;
-    ck_assert_int_eq(vla_attn_desc_init(&d, VL), VLA_OK);
+    const vla_mechanism mech = c->mech ? (vla_mechanism)c->mech : VL;
+    ck_assert_int_eq(vla_attn_desc_init(&d, mech), VLA_OK);
     d.algorithm = c->algo;
-    cu_case cc = {.mech = VL, .B = 1, .T = c->T, .H = c->H, .dk = c->d, .dv = c->d};
+    cu_case cc = {.mech = mech, .B = 1, .T = c->T, .H = c->H, .dk = c->d, .dv = c->d, .with_beta = mech == DE};
     tu_problem p;
     make_problem(&rng, &cc, &d, &p);
     tu_result r;
     tu_run(g_cu, &d, &p, 0, &r);
     char label[96], why[1024] = "";
-    snprintf(label, sizeof label, "long vla T%d H%d d%d [%s]", c->T, c->H, c->d, vla_algorithm_name(c->algo));
+    snprintf(label, sizeof label, "long %s T%d H%d d%d [%s]", vla_mechanism_name(mech), c->T, c->H, c->d,
+             vla_algorithm_name(c->algo));
     const int ok = tu_check_vs_ref(&d, &p, &r, c->tol, label, NULL, why, sizeof why);
     tu_result_free(&r);
     free_problem(&p);

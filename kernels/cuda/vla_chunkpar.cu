@@ -872,9 +872,10 @@ template <int DK> struct sfac_smem {
     static constexpr size_t bytes = ((size_t)3 * C * ld + (size_t)C * ldc + (size_t)16 * (48 + LD_PAD)) * 4;
 };
 
-/* MINB: blocks a multiprocessor on sm_80+, where the shared memory holds four (dk = 32) or three
- * (dk = 64); the register cap is then 64 or 80 (a few bytes spill). (A T4 holds one dk = 32 block
- * anyway: no cap there.) */
+/* MINB: blocks a multiprocessor on sm_80+: as many as the shared memory holds, four (dk = 32) or
+ * three (dk = 64), with a register cap of 64 or 80 (a few bytes spill), for launches with more
+ * blocks than two a multiprocessor hold; else two (chunkpar_sfac_minb). (A T4 holds one dk = 32
+ * block anyway: no cap there.) */
 template <int DK, int MINB> __global__ void __launch_bounds__(NT, VLA_CP_TC ? MINB : 1) sfac_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef sfac_smem<DK> S;
@@ -1145,7 +1146,7 @@ static cudaError_t cp_launch(void (*kern)(const cp_params), unsigned grid, size_
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[21][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[23][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -1247,8 +1248,9 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         if ((e = cp_launch(ka, BH * nseg, apart_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
         kt.mark("apart", st);
     } else {
-        const kfn kf = sfac_kernel<DK, DK == 32 ? 4 : 3>;
-        if ((e = raise(DK == 32 ? 19 : 20, kf, sfac_smem<DK>::bytes)) != cudaSuccess) return e;
+        const bool many = P.sfac_minb > 2;
+        const kfn kf = many ? sfac_kernel<DK, DK == 32 ? 4 : 3> : sfac_kernel<DK, 2>;
+        if ((e = raise((DK == 32 ? 19 : 21) + (many ? 0 : 1), kf, sfac_smem<DK>::bytes)) != cudaSuccess) return e;
         if ((e = cp_launch(kf, BH * nch, sfac_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
         kt.mark("sfac", st);
     }
@@ -1381,6 +1383,15 @@ int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
 int chunkpar_apart_minb(const vlacu_args &a, const vlacu_device &dev, int nseg) {
     const long long blocks = (long long)a.B * a.H * nseg, sms = dev.sm_count > 0 ? dev.sm_count : 1;
     return chunkpar_dk(a) == 32 && dev.cc_major >= 8 && blocks > 2 * sms ? 3 : 2;
+}
+
+/* sfac_kernel's blocks a multiprocessor (its register cap) for nch chunks a head: as many as the
+ * shared memory holds when the launch has more blocks than two a multiprocessor hold; else two
+ * (128 registers, no spills: (1,4,32) T = 2048 DeltaNet 0.047 against 0.049 ms with the cap,
+ * session 6 run1). */
+int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch) {
+    const long long blocks = (long long)a.B * a.H * nch, sms = dev.sm_count > 0 ? dev.sm_count : 1;
+    return blocks > 2 * sms ? (chunkpar_dk(a) == 32 ? 4 : 3) : 2;
 }
 
 int chunkpar_gram_parts(int seg) { return (seg + cp::GRAM_SUB - 1) / cp::GRAM_SUB; }

@@ -93,6 +93,7 @@ struct cp_params {
     int wlen, wnseg;    /* the walk's segments: wlen chunks each, wnseg of them (1: no split) */
     int variant;        /* CPV_* bits (sm_80+ forms of the A part), set by launch_chunkpar */
     int apart_minb;     /* apart_kernel blocks a multiprocessor: 2 or 3 (chunkpar_apart_minb) */
+    int sfac_minb;      /* sfac_kernel blocks a multiprocessor: 2, or 3 (dk = 64) / 4 (dk = 32) (chunkpar_sfac_minb) */
     int fold;           /* VLA: apart_kernel sums the Gram parts itself (no cp_prefix; set by launch_chunkpar) */
     float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
     float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
@@ -108,6 +109,7 @@ int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev);
 void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *bv, int *wlen, int *wnseg);
 int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_apart_minb(const vlacu_args &a, const vlacu_device &dev, int nseg);
+int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_gram_parts(int seg);
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st);
 
