@@ -8,6 +8,7 @@
 #      chunked ones (every mechanism; VLA_RACECHECK_ALGOS="chunked" for the chunked ones only);
 #   5. with VLA_PROFILE_SHAPES set, benchmarks/h200_profile.sh (per-kernel times) for those shapes.
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_session3.sh
+# (VLA_SKIP_SANITIZERS=1 leaves step 4 out.)
 # Writes $OUT/summary.txt, $OUT/bench_cuda.md and $OUT/all.tar.gz (every log).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,9 +32,13 @@ only=(); [ -n "${VLA_BENCH_ONLY:-}" ] && only=(--only "$VLA_BENCH_ONLY")
 timeout 240 "$BENCH" "${only[@]}" --json "$W/bench_cuda.json" > "$W/bench_cuda.md" 2> "$W/bench_cuda.err"; log "bench_cuda_targets exit $?"
 timeout 60 "$B/tools/vla-bench" --backend cuda -T 512,1024,2048,4096,8192,16384,32768 -B 1 -H 4 -d 32 -r 10 --budget 50 \
   --save "$W/vla-bench-cuda" > /dev/null 2> "$W/vla-bench-cuda.err"; log "vla-bench cuda exit $?"
-timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda \
-  > "$W/sanitizer-memcheck.txt" 2>&1
-log "compute-sanitizer memcheck (every case) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-memcheck.txt" | tail -n 1)"
+if [ -z "${VLA_SKIP_SANITIZERS:-}" ]; then
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda \
+    > "$W/sanitizer-memcheck.txt" 2>&1
+  log "compute-sanitizer memcheck (every case) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-memcheck.txt" | tail -n 1)"
+else
+  VLA_RACECHECK_ALGOS=" " # (session 6: a short confirmation run)
+fi
 for algo in ${VLA_RACECHECK_ALGOS:-sequential chunked}; do # racecheck over every case takes more than 100 s
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tools/vla-check" --backend cuda --algo $algo \
     > "$W/sanitizer-racecheck-$algo.txt" 2>&1

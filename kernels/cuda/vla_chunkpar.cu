@@ -45,7 +45,7 @@ namespace vlacu {
 namespace cp {
 
 constexpr int C = 64;   /* rows of a chunk block */
-constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most */
+constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most (8: no faster, session 6 run6) */
 
 
 #ifdef VLA_CUDA_EMU
@@ -688,6 +688,10 @@ template <int DK> struct apart_smem {
     static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + C) * 4; /* + A0, Al, rdiag */
 };
 
+/* The Gram fold (P.fold) is compiled for dk = 32 only: at dk = 64 its 32 doubles a thread made
+ * apart_kernel<64, 2> spill 24 bytes, and without it (8,16,64) ran 0.5-1.3% faster (session 6 run6). */
+template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 32; }
+
 template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef apart_smem<DK> S;
@@ -716,7 +720,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     } else {
         constexpr int R = DK / 16;
         auto put = [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; };
-        if (P.fold) { /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch) */
+        if (fold_here<DK>() && P.fold) { /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch) */
             gj_inverse<DK>([&](int r0, int c0, double (&m)[R][R]) {
                 const int nq = g * P.gparts;
                 const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
@@ -1214,13 +1218,13 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     Pp.variant = variant;
     const bool vla = P.a.mech == VLACU_VLA;
     /* The Gram prefix summed in apart_kernel (no cp_prefix launch) when the last segment's block
-     * has at most fold_max parts to add (16 loads a thread a round trip: two round trips at dk = 32
-     * (4 entries a thread), eight at dk = 64; cp_prefix is a launch and about 7 us) */
+     * has at most fold_max parts to add (dk = 32: 16 loads a thread a round trip, two round trips;
+     * cp_prefix is a launch and about 7 us; 64 parts were no faster, session 6 run4) */
     static const int fold_env = [] {
         const char *e = getenv("VLA_CP_FOLD");
         return e && *e ? atoi(e) : -1;
     }();
-    const int fold_max = fold_env >= 0 ? fold_env : DK == 32 ? 32 : 8;
+    const int fold_max = !fold_here<DK>() ? 0 : fold_env >= 0 ? fold_env : 32;
     Pp.fold = vla && P.nseg > 1 && (P.nseg - 1) * P.gparts <= fold_max ? 1 : 0;
     if (kt.on && cudaMalloc((void **)&kt.prof, 32 * sizeof(long long)) == cudaSuccess) {
         cudaMemset(kt.prof, 0, 32 * sizeof(long long));
