@@ -23,6 +23,8 @@ static int g_emulated; /* the CPU emulator (backends/cuda/emu): smaller sizes */
 /* VLA_CUDA_TEST_QUICK=1: the small cases only, no long sequences, no out-of-memory probe (for
  * runs under compute-sanitizer, which is 10-100 times slower). */
 static int g_quick;
+/* VLA_CUDA_TEST_ONLY=<text> (development): only the ops cases whose name contains it. */
+static const char *g_only;
 static uint64_t seed_base = 7000;
 
 typedef struct cu_case {
@@ -55,6 +57,13 @@ static const cu_case cases[] = {
     {.name = "softmax dk1 dv1", .mech = SM, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1},
     {.name = "softmax dk5 dv3 scale 0.5", .mech = SM, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .scale = 0.5},
     {.name = "softmax dk256 dv256 T70", .mech = SM, .B = 1, .T = 70, .H = 1, .dk = 256, .dv = 256},
+    /* the tensor-core form (sm_80+, dk and dv <= 64): 128 query rows a block, key tiles of 64 */
+    {.name = "softmax T150 dk32 dv32 (two query blocks)", .mech = SM, .B = 1, .T = 150, .H = 1, .dk = 32, .dv = 32},
+    {.name = "softmax T140 dk64 dv64", .mech = SM, .B = 1, .T = 140, .H = 1, .dk = 64, .dv = 64},
+    {.name = "softmax B2 T300 H2 dk64 dv64", .mech = SM, .B = 2, .T = 300, .H = 2, .dk = 64, .dv = 64},
+    {.name = "softmax T200 H2 dk33 dv40 scale 2", .mech = SM, .B = 1, .T = 200, .H = 2, .dk = 33, .dv = 40, .scale = 2.0},
+    {.name = "softmax T129 H3 dk64 dv20", .mech = SM, .B = 1, .T = 129, .H = 3, .dk = 64, .dv = 20},
+    {.name = "softmax T140 dk64 dv65 (generic form)", .mech = SM, .B = 1, .T = 140, .H = 1, .dk = 64, .dv = 65},
 
     /* ---- linear ---- */
     {.name = "linear T=1", .mech = LI, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
@@ -65,9 +74,12 @@ static const cu_case cases[] = {
      .chunk = 16, .with_states = 1, .inplace = 1},
     {.name = "linear C1", .mech = LI, .B = 1, .T = 21, .H = 2, .dk = 8, .dv = 12, .chunk = 1},
     {.name = "linear C50 > T", .mech = LI, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 50},
+    /* dv > DK on the chunk-parallel form: Q = phi(K)^T V in three column blocks, outputs in two */
+    {.name = "linear T90 dk20 dv70 C32 elu1", .mech = LI, .B = 1, .T = 90, .H = 1, .dk = 20, .dv = 70, .chunk = 32, .elu1 = 1},
+    {.name = "linear T150 dk64 dv64", .mech = LI, .B = 1, .T = 150, .H = 1, .dk = 64, .dv = 64},
     {.name = "linear dk256 dv200 T40 C16", .mech = LI, .B = 1, .T = 40, .H = 1, .dk = 256, .dv = 200, .chunk = 16},
     /* 75 chunks on one head: the chunked walk runs in segments (maps, scan, local walks) */
-    {.name = "linear C4 T300 walk segments, states in place", .mech = LI, .B = 1, .T = 300, .H = 1, .dk = 16,
+    {.name = "linear C4 T300 (75 chunks), states in place", .mech = LI, .B = 1, .T = 300, .H = 1, .dk = 16,
      .dv = 40, .chunk = 4, .with_states = 1, .inplace = 1},
 
     /* ---- delta ---- */
@@ -232,6 +244,7 @@ static int algorithms_of(const cu_case *c, vla_algorithm out[6]) {
 START_TEST(test_case) {
     const cu_case *c = &cases[_i];
     if (g_quick && (size_t)c->B * c->T * c->H * (c->dk + c->dv) > 20000) return;
+    if (g_only && !strstr(c->name, g_only)) return;
     tu_rng rng;
     tu_seed(&rng, seed_base + (uint64_t)_i);
     vla_attn_desc d;
@@ -469,6 +482,7 @@ typedef struct long_case {
     double tol;
     int gpu_only; /* too slow for the CPU emulator */
     int mech;     /* 0: VLA; else the mechanism (DeltaNet with beta) */
+    int softmax;  /* 1: softmax (whose enum value is 0) */
 } long_case;
 
 static const long_case long_cases[] = {
@@ -488,6 +502,8 @@ static const long_case long_cases[] = {
      * all) and as many as the shared memory holds (T = 4096 at dk = 64, 2048 at dk = 32) */
     {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, DE}, {4096, 16, 64, VLA_ALGO_CHUNKED, 1e-4, 1, DE},
     {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, DE}, {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, LI},
+    /* softmax's tensor-core form: 16 query blocks of up to 16 key tiles (T = 1024), 32 of 32 */
+    {1024, 4, 64, VLA_ALGO_FUSED, 1e-5, 1, 0, 1},  {4096, 2, 32, VLA_ALGO_FUSED, 1e-4, 1, 0, 1},
 };
 
 START_TEST(test_long) {
@@ -496,7 +512,7 @@ START_TEST(test_long) {
     tu_rng rng;
     tu_seed(&rng, seed_base + 900 + (uint64_t)_i);
     vla_attn_desc d;
-    const vla_mechanism mech = c->mech ? (vla_mechanism)c->mech : VL;
+    const vla_mechanism mech = c->softmax ? SM : c->mech ? (vla_mechanism)c->mech : VL;
     ck_assert_int_eq(vla_attn_desc_init(&d, mech), VLA_OK);
     d.algorithm = c->algo;
     cu_case cc = {.mech = mech, .B = 1, .T = c->T, .H = c->H, .dk = c->d, .dv = c->d, .with_beta = mech == DE};
@@ -511,6 +527,55 @@ START_TEST(test_long) {
     tu_result_free(&r);
     free_problem(&p);
     ck_assert_msg(ok, "%s", why);
+}
+END_TEST
+
+/* ---- softmax with non-finite inputs: the same entries non-finite as on the CPU backend, the
+ * others within 1e-5 of it. A NaN in q (token 40, head 0) makes that row NaN; a NaN in k (token
+ * 200, head 0) every later row of head 0; a NaN in v (token 150, head 1, column 5) column 5 from
+ * token 150 on, and never an earlier row (which a 0 x NaN in a product would). _i = 0: the
+ * tensor-core form (dk = dv = 64 on sm_80+, where token 150 lies in a diagonal key tile of the
+ * second query block); 1: the generic form (dk = 80). ---- */
+START_TEST(test_softmax_nonfinite) {
+    cu_case c = {.mech = SM, .B = 1, .T = 300, .H = 2, .dk = _i == 0 ? 64 : 80, .dv = 64};
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 1700 + (uint64_t)_i);
+    vla_attn_desc d;
+    make_desc(&c, &d);
+    tu_problem p;
+    make_problem(&rng, &c, &d, &p);
+    const int H = c.H, dk = c.dk, dv = c.dv;
+    ((float *)p.q)[((size_t)40 * H + 0) * dk + 3] = NAN;
+    ((float *)p.k)[((size_t)200 * H + 0) * dk + 7] = NAN;
+    ((float *)p.v)[((size_t)150 * H + 1) * dv + 5] = NAN;
+    tu_result rg, rc;
+    ck_assert_int_eq(tu_run(g_cu, &d, &p, 0, &rg), VLA_OK);
+    ck_assert_int_eq(tu_run(g_cpu, &d, &p, 0, &rc), VLA_OK);
+    const size_t n = tu_nvo(&p);
+    size_t differ = 0, nonfinite = 0, early = 0;
+    double num = 0.0, den = 0.0;
+    for (size_t e = 0; e < n; e++) {
+        const int fg = isfinite(rg.o[e]) != 0, fc = isfinite(rc.o[e]) != 0;
+        const size_t t = e / ((size_t)H * dv), h = e / dv % H;
+        if (fg != fc) differ++;
+        if (!fg) nonfinite++;
+        if (!fg && h == 1 && t < 150) early++;
+        if (fg && fc) {
+            num += ((double)rg.o[e] - rc.o[e]) * ((double)rg.o[e] - rc.o[e]);
+            den += (double)rc.o[e] * rc.o[e];
+        }
+    }
+    const double err = sqrt(num / den);
+    fprintf(stderr, "  softmax non-finite dk%d: %zu non-finite, %zu differ from cpu, %zu early, finite vs cpu %.2e\n",
+            dk, nonfinite, differ, early, err);
+    /* head 0: row 40 (64) and rows 200.. (100 x 64); head 1: column 5 of rows 150.. (150) */
+    ck_assert_uint_eq(nonfinite, 64 + 100 * 64 + 150);
+    ck_assert_uint_eq(differ, 0);
+    ck_assert_uint_eq(early, 0);
+    ck_assert_msg(err < 1e-5, "finite entries vs cpu: %.3e", err);
+    tu_result_free(&rg);
+    tu_result_free(&rc);
+    free_problem(&p);
 }
 END_TEST
 
@@ -639,6 +704,7 @@ static Suite *cuda_suite(void) {
     suite_add_tcase(s, tl);
     TCase *tp = tcase_create("paths");
     tcase_add_loop_test(tp, test_carry_path, 0, 2);
+    tcase_add_loop_test(tp, test_softmax_nonfinite, 0, 2);
     suite_add_tcase(s, tp);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_open_errors);
@@ -652,6 +718,8 @@ int main(void) {
     if (seed && *seed) seed_base = strtoull(seed, NULL, 10);
     const char *quick = getenv("VLA_CUDA_TEST_QUICK");
     g_quick = quick && *quick && strcmp(quick, "0") != 0;
+    g_only = getenv("VLA_CUDA_TEST_ONLY");
+    if (g_only && !*g_only) g_only = NULL;
     /* Skip, never pass, without a device. */
     vla_device_info info[32];
     int n = 0, have = 0;

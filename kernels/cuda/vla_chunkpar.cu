@@ -22,9 +22,11 @@
  *                                with few parts (P.fold) cp_apart sums them itself instead
  *   cp_apart   [BH x nseg]       (VLA) A at the segment start = M_g^{-1}, carried over its chunks;
  *                                per chunk a_t -> Al, W, Y, and the map P, Q
- *   cp_sfac    [BH x nch]        (linear, delta) a chunk's Al = beta k^ or phi(k), W, Y, P, Q
+ *   cp_sfac    [BH x nch]        (delta) a chunk's Al = beta k^, W, Y, P, Q
  *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out (with few heads
  *                                and many chunks: three launches over segments, see walk_kernel)
+ *   cp_linmap  [BH x nch]        (linear) Q = phi(K)^T V: P = I, W = 0, Y = V, Al = phi(k)
+ *   cp_sumwalk [BH x DK dv/256]  (linear) X_j -> Xst; X_{j+1} = X_j + Q_j, a thread per entry
  *   cp_output  [BH x nch]        o
  * DK is dk padded to 32 or 64 with zeros: padded key coordinates stay 0 in every product, and
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
@@ -396,14 +398,13 @@ __device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float sca
 template <int DK>
 __device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float *U, float *K, int ld) {
     const float eps = (float)a.eps, su = (float)a.u_scale;
-    if (K) load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
+    load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
     if (a.u) load_rows<DK>(a.u, a, b, h, ts, c, false, U, ld);
-    else if (!K) load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, U, ld);
     __syncthreads();
-    if (K) norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
-    if (a.u || !K) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
+    norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
+    if (a.u) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
     __syncthreads();
-    if (K && !a.u) /* U = s_u k^ */
+    if (!a.u) /* U = s_u k^ */
         for (int e = threadIdx.x; e < C * DK; e += NT) {
             const int t = e / DK, i = e - t * DK;
             U[t * ld + i] = su * K[t * ld + i];
@@ -865,7 +866,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     }
 }
 
-/* ---- cp_sfac: a chunk's S factors (s_factors) for linear and delta (no A part), one block a
+/* ---- cp_sfac: a chunk's S factors (s_factors) for DeltaNet (no A part), one block a
  * chunk: K, Al, V (Y in place) and G, 74 KiB at dk = 64, three blocks a multiprocessor where
  * apart_kernel's 106 KiB held two (delta (8,16,64) T = 2048: 0.83 against 0.88 ms). For VLA the
  * same split (apart_kernel stopping at Al, this kernel reading it back) was no faster: 1.54
@@ -892,25 +893,91 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, VLA_CP_TC ? MI
     const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
     const size_t sv = (size_t)a.H * dv;
     async_rows<C, DK>(Vs, ld, vsrc, sv, c, imin(DK, dv)); /* V's first DK columns, waited for in s_factors */
-    /* K: k^ = normalize(phi(k)) (delta) or phi(k) (linear) */
+    /* K: k^ = normalize(phi(k)) */
     load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
     __syncthreads();
-    if (a.mech == VLACU_DELTA) norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
+    norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
     __syncthreads();
-    /* the write directions: beta_t k^_t (delta) or phi(k) (linear, whose read keys are 0: the plain
-     * sum has no residual, so W = 0, Y = V, P = I) */
+    /* the write directions: beta_t k^_t */
     stage<C, DK>(Al, ld, [&](int t, int i) {
-        const bool bt = a.mech == VLACU_DELTA && a.beta && t < c;
+        const bool bt = a.beta && t < c;
         return (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
     });
     __syncthreads();
-    if (a.mech == VLACU_LINEAR)
-        for (int e = threadIdx.x; e < C * DK; e += NT) {
-            const int t = e / DK, i = e - t * DK;
-            K[t * ld + i] = 0.0f;
-        }
-    __syncthreads();
     s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, Vs, Vs, scr, false);
+}
+
+/* ---- linear attention (read keys 0): the chunk map is X_end = X + Q, Q = phi(K)^T V (P = I, and
+ * W = 0, Y = V, so there is nothing else to factor). linmap_kernel forms Q, sumwalk_kernel the
+ * running sum, output_kernel<.., true> reads phi(k) and v themselves. (The general path computed
+ * Lw = 0, T = I, W = 0, P = I and walked P X + Q: at (8,16,64) T = 2048 linear took 1.00 ms
+ * against DeltaNet's 0.79, session 6.) ---- */
+template <int DK> struct linmap_smem {
+    static constexpr int ld = DK + LD_PAD;
+    static constexpr size_t bytes = (size_t)2 * C * ld * 4; /* phi(K), V's columns */
+};
+
+/* [BH x nch]: Qm_j = phi(K_j)^T V_j (DK x dv), DK value columns at a time. */
+template <int DK> __global__ void __launch_bounds__(NT, 4) linmap_kernel(const cp_params P) {
+    VLACU_DYNSMEM(smem);
+    constexpr int ld = linmap_smem<DK>::ld;
+    const vlacu_args &a = P.a;
+    const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
+    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv;
+    float *K = (float *)smem, *Vs = K + C * ld;
+    const float *vsrc = a.v + (((size_t)b * a.T + ts) * a.H + h) * dv;
+    const size_t sv = (size_t)a.H * dv;
+    async_rows<C, DK>(Vs, ld, vsrc, sv, c, imin(DK, dv));
+    load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
+    float *qg = P.Qm + ((size_t)bh * P.nch + j) * DK * dv;
+    for (int v0 = 0; v0 < dv; v0 += DK) {
+        const int nv = imin(DK, dv - v0);
+        if (v0 == 0) async_wait();
+        else {
+            __syncthreads(); /* the previous product is done with Vs */
+            stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
+        }
+        __syncthreads();
+        typedef blk<DK, DK> tl;
+        float x[tl::NE];
+        zerob<DK, DK>(x);
+        mmb<DK, DK, C, true, false>(K, ld, Vs, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::NE; i++)
+            if (tl::col(i) < nv) qg[(size_t)tl::row(i) * dv + v0 + tl::col(i)] = x[i];
+    }
+}
+
+/* [BH x DK dv / NT]: one thread per entry (r, c) of X = S (DK x dv): X_j -> Xst, X += Qm_j; S_in
+ * and S_out. The entries are independent: no shared memory, no barrier; SW loads in flight a
+ * thread. */
+__global__ void __launch_bounds__(NT) sumwalk_kernel(const cp_params P, int DK) {
+    const vlacu_args &a = P.a;
+    const int dk = a.dk, dv = a.dv, per = DK * dv, nb = (per + NT - 1) / NT;
+    const int bh = blockIdx.x / nb, e = (blockIdx.x % nb) * NT + (int)threadIdx.x;
+    if (e >= per) return;
+    const int r = e / dv, cc = e - r * dv;
+    float x = a.S_in && r < dk ? a.S_in[(size_t)bh * dk * dv + (size_t)r * dv + cc] : 0.0f;
+    const size_t step = (size_t)per, base = (size_t)bh * P.nch * step + e;
+    const float *qg = P.Qm + base;
+    float *xg = P.Xst + base;
+    constexpr int SW = 8;
+    int j = 0;
+    for (; j + SW <= P.nch; j += SW) {
+        float q[SW];
+#pragma unroll
+        for (int u = 0; u < SW; u++) q[u] = qg[(size_t)(j + u) * step];
+#pragma unroll
+        for (int u = 0; u < SW; u++) {
+            xg[(size_t)(j + u) * step] = x;
+            x += q[u];
+        }
+    }
+    for (; j < P.nch; j++) {
+        xg[(size_t)j * step] = x;
+        x += qg[(size_t)j * step];
+    }
+    if (a.S_out && r < dk) a.S_out[(size_t)bh * dk * dv + (size_t)r * dv + cc] = x;
 }
 
 /* ---- cp_walk: the S walk over chunks on BV value columns: X_j -> Xst, X_{j+1} = P_j X_j + Q_j.
@@ -1081,7 +1148,8 @@ template <int DK> constexpr int output_minb() { return 1; }
 template <int DK> constexpr int output_minb() { return VLA_CP_TC ? (DK == 32 ? 4 : 3) : 1; }
 #endif
 
-template <int DK, int VT> __global__ void __launch_bounds__(NT, output_minb<DK>()) output_kernel(const cp_params P) {
+/* LIN (linear attention): Al = phi(k) from k itself, W = 0 (no Pm W), Y = V from v itself. */
+template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output_minb<DK>()) output_kernel(const cp_params P) {
     VLACU_DYNSMEM(smem);
     typedef output_smem<DK, VT> S;
     constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
@@ -1091,12 +1159,16 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT, output_minb<DK>(
     const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv, T = a.T;
     float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *W = Pm + C * ldc;
     float *X = Al, *Yt = W; /* after Q - Pm W is formed */
-    const float *alg = P.Al + ((size_t)bh * T + ts) * DK, *wg = P.W + ((size_t)bh * T + ts) * DK;
     /* Q, Al and W in flight at once (one memory latency, where one at a time were three) */
     if (a.elu1) load_rows<DK>(a.q, a, b, h, ts, c, true, Q, ld);
     else async_rows<C, DK>(Q, ld, a.q + (((size_t)b * T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
-    async_rows<C, DK>(Al, ld, alg, DK, c, DK);
-    async_rows<C, DK>(W, ld, wg, DK, c, DK);
+    if (LIN) {
+        if (a.elu1) load_rows<DK>(a.k, a, b, h, ts, c, true, Al, ld);
+        else async_rows<C, DK>(Al, ld, a.k + (((size_t)b * T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
+    } else {
+        async_rows<C, DK>(Al, ld, P.Al + ((size_t)bh * T + ts) * DK, DK, c, DK);
+        async_rows<C, DK>(W, ld, P.W + ((size_t)bh * T + ts) * DK, DK, c, DK);
+    }
     async_wait();
     __syncthreads();
     {
@@ -1108,7 +1180,7 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT, output_minb<DK>(
         for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
     }
     __syncthreads();
-    {   /* Q <- Q - Pm W: each thread its own entries of Q (no one else reads Q here) */
+    if (!LIN) { /* Q <- Q - Pm W: each thread its own entries of Q (no one else reads Q here) */
         typedef blk<C, DK> tl;
         float x[tl::NE];
         zerob<C, DK>(x);
@@ -1118,13 +1190,14 @@ template <int DK, int VT> __global__ void __launch_bounds__(NT, output_minb<DK>(
     }
     __syncthreads(); /* Al and W are read before X and Y land in their places */
     const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
-    const float *yg = P.Y + ((size_t)bh * T + ts) * dv;
+    const float *yg = LIN ? a.v + (((size_t)b * T + ts) * a.H + h) * dv : P.Y + ((size_t)bh * T + ts) * dv;
+    const size_t sy = LIN ? (size_t)a.H * dv : (size_t)dv;
     float *og = a.o + (((size_t)b * T + ts) * a.H + h) * dv;
     const size_t so = (size_t)a.H * dv;
     for (int v0 = 0; v0 < dv; v0 += VT) {
         const int nv = imin(VT, dv - v0);
         async_rows<DK, VT>(X, ldv, xst + v0, dv, DK, nv);
-        async_rows<C, VT>(Yt, ldv, yg + v0, dv, c, nv);
+        async_rows<C, VT>(Yt, ldv, yg + v0, sy, c, nv);
         async_wait();
         __syncthreads();
         typedef blk<C, VT> tl;
@@ -1150,7 +1223,7 @@ static cudaError_t cp_launch(void (*kern)(const cp_params), unsigned grid, size_
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[23][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[29][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -1243,6 +1316,23 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
             kt.mark("prefix", st);
         }
     }
+    if (P.a.mech == VLACU_LINEAR) { /* Q maps, their running sum, the outputs */
+        const kfn km = linmap_kernel<DK>;
+        if ((e = raise(DK == 32 ? 23 : 24, km, linmap_smem<DK>::bytes)) != cudaSuccess) return e;
+        if ((e = cp_launch(km, BH * nch, linmap_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
+        kt.mark("linmap", st);
+        const unsigned nb = (unsigned)((DK * P.a.dv + NT - 1) / NT);
+        VLACU_LAUNCH(sumwalk_kernel, BH * nb, NT, 0, st, PP, DK);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        kt.mark("walk", st);
+        const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32, true> : output_kernel<DK, 64, true>;
+        const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
+        if ((e = raise((DK == 32 ? 25 : 27) + (P.a.dv <= 32 ? 0 : 1), ko, so)) != cudaSuccess) return e;
+        if ((e = cp_launch(ko, BH * nch, so, st, PP)) != cudaSuccess) return e;
+        kt.mark("output", st);
+        kt.finish(P.a);
+        return cudaGetLastError();
+    }
     if (vla) {
         kfn ka = apart_kernel<DK, 2>;
         int aslot = slot;
@@ -1277,7 +1367,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("walk", st);
-    const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32> : output_kernel<DK, 64>;
+    const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32, false> : output_kernel<DK, 64, false>;
     const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
     if ((e = raise(slot + (P.a.dv <= 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
     if ((e = cp_launch(ko, BH * nch, so, st, PP)) != cudaSuccess) return e;
@@ -1301,8 +1391,8 @@ template <int DK> static size_t max_smem(int dv) {
     const size_t f = cp::sfac_smem<DK>::bytes + static_of<cp::sfac_kernel<DK, DK == 32 ? 4 : 3>>();
     if (f > m) m = f;
     const size_t w = cp::walk_smem<DK, 16>::bytes + static_of<cp::walk_kernel<DK, 16, cp::W_PLAIN>>();
-    const size_t o = dv <= 32 ? cp::output_smem<DK, 32>::bytes + static_of<cp::output_kernel<DK, 32>>()
-                              : cp::output_smem<DK, 64>::bytes + static_of<cp::output_kernel<DK, 64>>();
+    const size_t o = dv <= 32 ? cp::output_smem<DK, 32>::bytes + static_of<cp::output_kernel<DK, 32, false>>()
+                              : cp::output_smem<DK, 64>::bytes + static_of<cp::output_kernel<DK, 64, false>>();
     if (w > m) m = w;
     if (o > m) m = o;
     return m;
@@ -1338,6 +1428,7 @@ void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *b
     *bv = chunkpar_bv(a, dev);
     *wlen = nch > 0 ? nch : 1;
     *wnseg = 1;
+    if (a.mech == VLACU_LINEAR) return; /* sumwalk_kernel: a thread per entry of S, no segments */
     if (nch < 64 || heads * ((a.dv + 31) / 32) * 4 > sms || chunkpar_walk32_smem(a) > dev.smem_optin)
         return; /* (from 32 chunks it was slower at T = 2048) */
     int L = (int)ceil(sqrt(nch / 2.0));

@@ -135,7 +135,8 @@ cudaError_t launch_normalize(const vlacu_args &a, float *work, cudaStream_t st);
 size_t softmax_static_smem();
 /* Largest tile (64, 32, 16, 8, 4) whose shared memory fits in `budget` bytes; 0 if none. */
 int softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_bytes);
-cudaError_t launch_softmax(const vlacu_args &a, int tile, size_t smem_bytes, cudaStream_t st);
+/* The tensor-core form (sm_80+, dk and dv <= 64) where it applies, else softmax_kernel with `tile`. */
+cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, cudaStream_t st);
 
 } // namespace vlacu
 

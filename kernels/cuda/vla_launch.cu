@@ -148,11 +148,13 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
                 if (L->nseg > 1)
                     L->cpGp = w.take(sat_mul(sat_mul(BH, (size_t)(L->nseg - 1) * chunkpar_gram_parts(L->seg)), DK * DK * 8));
             }
-            L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
-            L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
-            L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
+            if (a->mech != VLACU_LINEAR) { /* linear: P = I, W = 0, Y = V, Al = phi(k) (none stored) */
+                L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
+                L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
+                L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
+                L->cpPm = w.take(sat_mul(sat_mul(BH, nch), DK * DK * f4));
+            }
             L->cpXst = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
-            L->cpPm = w.take(sat_mul(sat_mul(BH, nch), DK * DK * f4));
             L->cpQm = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
             if (a->mech == VLACU_VLA) L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
             chunkpar_walk(*a, *dev, (int)L->nchunks, &L->bv, &L->wlen, &L->wnseg);
@@ -269,7 +271,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
     } while (0)
 
     if (a->algo == VLACU_FUSED) {
-        TRY(launch_softmax(*a, L.tile, L.tile_smem, st));
+        TRY(launch_softmax(*a, *dev, L.tile, L.tile_smem, st));
         return 0;
     }
     if (a->algo == VLACU_SEQUENTIAL && seq_regs_applies(*a)) {

@@ -1,11 +1,17 @@
-/* Causal softmax attention as a fused online softmax (flash-attention style): one block per
- * tile of `tile` query rows of one head; key/value tiles stream through shared memory; no
- * T x T matrix is stored. Same arithmetic as cpu_softmax.c: scores scaled, running max m and
- * sum l per row, a NaN score makes its row NaN (never finite garbage), o = acc / l.
- *
- * Shared memory (floats): Q [tile][ld dk], K [tile][ld dk], V [tile][ld dv], P [tile][ld tile],
- * O [tile][ld dv], m [tile], l [tile]. */
+/* Causal softmax attention as a fused online softmax (flash-attention style): no T x T matrix is
+ * stored. Same arithmetic as cpu_softmax.c: scores scaled, running max m and sum l per row, a NaN
+ * score makes its row NaN (never finite garbage), a NaN in a later v never reaches an earlier
+ * output, o = acc / l. Two forms:
+ *   - softmax_tc_kernel (sm_80+, dk and dv <= 64; below): 3xTF32 tensor-core tiles, 128 query
+ *     rows a block, scores and P in registers;
+ *   - softmax_kernel (every other shape, and sm_75): one block per tile of `tile` query rows of
+ *     one head; key/value tiles stream through shared memory; FP32 FMA products.
+ *     Shared memory (floats): Q [tile][ld dk], K [tile][ld dk], V [tile][ld dv], P [tile][ld tile],
+ *     O [tile][ld dv], m [tile], l [tile]. */
 #include "vla_kernels.cuh"
+#include "vla_mma.cuh"
+
+#include <stdlib.h>
 
 namespace vlacu {
 
@@ -79,7 +85,18 @@ __global__ void __launch_bounds__(VLACU_NT) softmax_kernel(const vlacu_args a, i
             }
         }
         __syncthreads();
-        gemm<float, false, false>(nq, dv, nk, 1.0f, Ps, ldt, Vs, ldv, 1.0f, Os, ldv, ep_none());
+        if (j1 <= i0 + 1) {
+            gemm<float, false, false>(nq, dv, nk, 1.0f, Ps, ldt, Vs, ldv, 1.0f, Os, ldv, ep_none());
+        } else { /* the diagonal tile: each row over the keys it sees only, so that a NaN in a later v
+                  * cannot reach an earlier output through 0 x NaN (as the CPU backend does) */
+            for (int e = threadIdx.x; e < nq * dv; e += blockDim.x) {
+                const int r = e / dv, j = e - r * dv;
+                const int last = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk;
+                float acc = Os[(size_t)r * ldv + j];
+                for (int c = 0; c < last; c++) acc += Ps[(size_t)r * ldt + c] * Vs[(size_t)c * ldv + j];
+                Os[(size_t)r * ldv + j] = acc;
+            }
+        }
     }
     __syncthreads();
     for (int e = threadIdx.x; e < nq * dv; e += blockDim.x) {
@@ -87,6 +104,218 @@ __global__ void __launch_bounds__(VLACU_NT) softmax_kernel(const vlacu_args a, i
         a.o[(rq + (size_t)r * H) * dv + j] = Os[(size_t)r * ldv + j] * (1.0f / ls[r]);
     }
 }
+
+/* ---- the tensor-core form (sm_80+, dk and dv <= 64) ----
+ * One block = 8 warps = BQ = 128 query rows of one head, 16 rows a warp, so that a warp owns whole
+ * rows: the scores S = Q K^T of its 16 rows x BK = 64 keys stay in registers in the mma
+ * accumulator layout (lane (g, t): rows g and g + 8, columns 2t and 2t + 1 of each 8-column tile),
+ * row maxima and sums are quad shuffles, and P goes straight back into the tensor core as the
+ * left operand of P V: the A fragment wants columns t and t + 4 of each 8-key block, the lane
+ * holds 2t and 2t + 1, so the keys of a block are taken in the order (0 2 4 6 1 3 5 7) for P and
+ * V alike (a sum does not care), and no P tile goes through shared memory. Products are 3xTF32
+ * as in vla_mma.cuh (each operand split in big and small tf32 parts, 8-deep steps added to the
+ * float32 accumulators on the CUDA cores). Scores are kept in log2 units (scale log2(e) folded
+ * in), so p = exp2(s - m). Key tiles arrive by cp.async into two buffers: the next tile loads
+ * while this one computes. Blocks start with the last query tiles (the longest rows).
+ * Non-finite values: a NaN score makes its row NaN (the running max propagates NaN); a NaN or
+ * infinite v in a tile that some row must not see (the diagonal tiles) would reach that row
+ * through 0 x NaN in the product, so such a tile takes a per-key FMA path that skips the keys
+ * each row must not see (as the CPU backend does).
+ * Shared memory (floats): Q [BQ][DK + 4], K [2][BK][DK + 4], V [2][BK][DV + 4] (+ 16 ints): a
+ * leading dimension of 4 (mod 32) keeps every fragment load free of bank conflicts; 104 KiB at
+ * dk = dv = 64, two blocks a multiprocessor. */
+namespace smx {
+using cp::NT;
+constexpr int BQ = 128, BK = 64;
+
+template <int DK, int DV> struct tc_smem {
+    static constexpr int ldk = DK + 4, ldv = DV + 4;
+    static constexpr size_t bytes = ((size_t)BQ * ldk + 2 * (size_t)BK * (ldk + ldv)) * 4 + 16 * sizeof(int);
+};
+
+/* dst[r][i] <- src[r * stride + i] for r < nrows, i < d; zero elsewhere in R x D. cp.async on the
+ * device (wait with async_wait, then a barrier), plain loads in the emulator. No barrier. */
+template <int R, int D> __device__ __forceinline__ void load_tile(float *dst, int ld, const float *src, size_t stride, int nrows, int d) {
+    constexpr int PER = R * D / NT, RSTEP = NT / D;
+    static_assert(NT % D == 0 && PER * NT == R * D, "tile must split over NT threads");
+    const int i = (int)threadIdx.x % D, r0 = (int)threadIdx.x / D;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int r = r0 + RSTEP * u;
+        const bool in = r < nrows && i < d;
+#if !defined(VLA_CUDA_EMU)
+        const unsigned sa = (unsigned)__cvta_generic_to_shared(dst + r * ld + i);
+        const float *ga = in ? src + (size_t)r * stride + i : src; /* 0 bytes read: zero fill */
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(ga), "r"(in ? 4 : 0) : "memory");
+#else
+        dst[r * ld + i] = in ? src[(size_t)r * stride + i] : 0.0f;
+#endif
+    }
+}
+__device__ __forceinline__ void async_wait() {
+#if !defined(VLA_CUDA_EMU)
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+/* max that keeps a NaN from either side */
+__device__ __forceinline__ float nanmax(float x, float y) { return (x != x || x > y) ? x : y; }
+
+template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_kernel(const vlacu_args a) {
+#if VLA_CP_TC
+    using cp::mma_tf32;
+    using cp::split_tf32;
+    VLACU_DYNSMEM(smem);
+    typedef tc_smem<DK, DV> S;
+    constexpr int ldk = S::ldk, ldv = S::ldv, NDV = DV / 8;
+    const int T = a.T, H = a.H, dk = a.dk, dv = a.dv, BH = a.B * a.H;
+    const int nqt = (T + BQ - 1) / BQ;
+    const int qt = nqt - 1 - (int)blockIdx.x / BH, bh = (int)blockIdx.x % BH, b = bh / H, h = bh % H;
+    float *Qs = (float *)smem, *Ks0 = Qs + BQ * ldk, *Vs0 = Ks0 + 2 * BK * ldk;
+    int *vbad = (int *)(Vs0 + 2 * BK * ldv); /* [2 stages][8 warps] */
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int q0 = qt * BQ, kend = imin(q0 + BQ, T); /* keys 0 .. kend - 1 */
+    const size_t sk = (size_t)H * dk, sv = (size_t)H * dv;
+    const size_t head0 = (size_t)b * T * H + h; /* row (b, 0, h) */
+    load_tile<BQ, DK>(Qs, ldk, a.q + (head0 + (size_t)q0 * H) * dk, sk, imin(BQ, T - q0), dk);
+    load_tile<BK, DK>(Ks0, ldk, a.k + head0 * dk, sk, imin(BK, kend), dk);
+    load_tile<BK, DV>(Vs0, ldv, a.v + head0 * dv, sv, imin(BK, kend), dv);
+    const float c2 = (float)(a.scale * 1.4426950408889634074); /* scale log2(e) */
+    const int wr0 = q0 + 16 * warp;                          /* the warp's first query row */
+    const int row[2] = {wr0 + g, wr0 + g + 8};               /* this lane's two rows */
+    float o[NDV * 4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int e = 0; e < NDV * 4; e++) o[e] = 0.0f;
+    const int ntile = (kend + BK - 1) / BK;
+    for (int jt = 0; jt < ntile; jt++) {
+        const int st = jt & 1, j0 = jt * BK;
+        const float *Ks = Ks0 + st * BK * ldk, *Vs = Vs0 + st * BK * ldv;
+        async_wait();
+        __syncthreads(); /* tile jt visible; every warp is done with the other buffers */
+        if (jt + 1 < ntile) {
+            const int j1 = j0 + BK, n1 = imin(BK, kend - j1);
+            load_tile<BK, DK>(Ks0 + (st ^ 1) * BK * ldk, ldk, a.k + (head0 + (size_t)j1 * H) * dk, sk, n1, dk);
+            load_tile<BK, DV>(Vs0 + (st ^ 1) * BK * ldv, ldv, a.v + (head0 + (size_t)j1 * H) * dv, sv, n1, dv);
+        }
+        const bool diag = j0 + BK - 1 > q0; /* some row of the block must not see some key of the tile */
+        bool slow = false;
+        if (diag) { /* a non-finite v here takes the masked path (block-uniform) */
+            int bad = 0;
+            for (int e = (int)threadIdx.x; e < BK * DV; e += NT) bad |= isfinite(Vs[(e / DV) * ldv + e % DV]) ? 0 : 1;
+            bad = warp_sum(bad);
+            if (lane == 0) vbad[st * 8 + warp] = bad;
+            __syncthreads();
+#pragma unroll
+            for (int w = 0; w < 8; w++) slow |= vbad[st * 8 + w] != 0;
+        }
+        if (j0 > wr0 + 15) continue; /* no row of this warp sees a key of the tile (warp-uniform) */
+        /* S = Q K^T, 16 x 64 a warp: 8 tiles of 16 x 8 */
+        float s[32];
+#pragma unroll
+        for (int e = 0; e < 32; e++) s[e] = 0.0f;
+#pragma unroll
+        for (int k0 = 0; k0 < DK; k0 += 8) {
+            unsigned ab[4], as[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                split_tf32(Qs[(16 * warp + g + (q & 1) * 8) * ldk + k0 + t + (q >> 1) * 4], ab[q], as[q]);
+#pragma unroll
+            for (int ni = 0; ni < 8; ni++) {
+                unsigned bb[2], bs[2];
+#pragma unroll
+                for (int q = 0; q < 2; q++) split_tf32(Ks[(ni * 8 + g) * ldk + k0 + t + q * 4], bb[q], bs[q]);
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_tf32(d, as, bb);
+                mma_tf32(d, ab, bs);
+                mma_tf32(d, ab, bb);
+#pragma unroll
+                for (int q = 0; q < 4; q++) s[ni * 4 + q] += d[q];
+            }
+        }
+        /* scale, causal mask (key <= row), row max over the quad, online update */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            const int key = j0 + (e >> 2) * 8 + 2 * t + (e & 1), hr = (e >> 1) & 1;
+            const float x = key <= row[hr] ? s[e] * c2 : -INFINITY;
+            s[e] = x;
+            mx[hr] = nanmax(mx[hr], x);
+        }
+        float corr[2], ls[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            mx[hr] = nanmax(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = nanmax(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            const float mn = nanmax(m[hr], mx[hr]);
+            corr[hr] = exp2f(m[hr] - mn);
+            m[hr] = mn;
+        }
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            const float p = exp2f(s[e] - m[(e >> 1) & 1]);
+            s[e] = p;
+            ls[(e >> 1) & 1] += p;
+        }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) l[hr] = l[hr] * corr[hr] + ls[hr];
+#pragma unroll
+        for (int e = 0; e < NDV * 4; e++) o[e] *= corr[(e >> 1) & 1];
+        if (!slow) {
+            /* O += P V: key block kb, its keys in the order 2t, 2t + 1 -> slots t, t + 4 */
+#pragma unroll
+            for (int kb = 0; kb < 8; kb++) {
+                unsigned ab[4], as[4];
+                split_tf32(s[kb * 4 + 0], ab[0], as[0]); /* row g,     key 2t     */
+                split_tf32(s[kb * 4 + 2], ab[1], as[1]); /* row g + 8, key 2t     */
+                split_tf32(s[kb * 4 + 1], ab[2], as[2]); /* row g,     key 2t + 1 */
+                split_tf32(s[kb * 4 + 3], ab[3], as[3]); /* row g + 8, key 2t + 1 */
+                const float *v0 = Vs + (kb * 8 + 2 * t) * ldv;
+#pragma unroll
+                for (int nd = 0; nd < NDV; nd++) {
+                    unsigned bb[2], bs[2];
+                    split_tf32(v0[nd * 8 + g], bb[0], bs[0]);
+                    split_tf32(v0[ldv + nd * 8 + g], bb[1], bs[1]);
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_tf32(d, as, bb);
+                    mma_tf32(d, ab, bs);
+                    mma_tf32(d, ab, bb);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) o[nd * 4 + q] += d[q];
+                }
+            }
+        } else {
+            /* a non-finite v in a diagonal tile: key by key, each row only over the keys it sees */
+#pragma unroll 1
+            for (int c = 0; c < BK; c++) {
+                const int src = (lane & ~3) | ((c & 7) >> 1);
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const float p = __shfl_sync(0xffffffffu, s[(c >> 3) * 4 + 2 * hr + (c & 1)], src);
+                    if (j0 + c <= row[hr])
+#pragma unroll
+                        for (int nd = 0; nd < NDV; nd++)
+#pragma unroll
+                            for (int q = 0; q < 2; q++) o[nd * 4 + 2 * hr + q] += p * Vs[c * ldv + nd * 8 + 2 * t + q];
+                }
+            }
+        }
+    }
+    /* o / l, l summed over the quad */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+#pragma unroll
+    for (int e = 0; e < NDV * 4; e++) {
+        const int hr = (e >> 1) & 1, r = row[hr], col = (e >> 2) * 8 + 2 * t + (e & 1);
+        if (r < T && col < dv) a.o[(head0 + (size_t)r * H) * dv + col] = o[e] * (1.0f / l[hr]);
+    }
+#else
+    (void)a; /* never launched: softmax_tc_ok() */
+#endif
+}
+} // namespace smx
 
 static std::atomic<size_t> softmax_smem_set[64];
 
@@ -106,7 +335,56 @@ int softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_bytes) {
     return 0;
 }
 
-cudaError_t launch_softmax(const vlacu_args &a, int tile, size_t smem_bytes, cudaStream_t st) {
+/* Whether the tensor-core form runs this call: dk, dv <= 64, and the kernel as loaded was built for
+ * sm_80+ (on an sm_8x device a fat binary of sm_75 and sm_90 code runs a JIT of compute_75 PTX,
+ * where the kernel is empty); VLA_SOFTMAX_TC=0 (development, A/B) turns it off. */
+static std::atomic<int> softmax_tc_known[64]; /* per device: 0 unknown, 1 built for sm_80+, 2 not */
+static bool softmax_tc_ok(const vlacu_args &a, const vlacu_device &dev) {
+    static const bool env_off = [] {
+        const char *e = getenv("VLA_SOFTMAX_TC");
+        return e && e[0] == '0';
+    }();
+    if (env_off || a.dk > 64 || a.dv > 64 || smx::tc_smem<64, 64>::bytes > dev.smem_optin) return false;
+#ifdef VLA_CUDA_EMU
+    return VLA_CP_TC != 0;
+#else
+    if (dev.cc_major < 8) return false;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= 64) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    int k = softmax_tc_known[d].load(std::memory_order_relaxed);
+    if (k == 0) {
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, (const void *)smx::softmax_tc_kernel<64, 64>) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        k = fa.ptxVersion >= 80 ? 1 : 2;
+        softmax_tc_known[d].store(k, std::memory_order_relaxed);
+    }
+    return k == 1;
+#endif
+}
+
+static std::atomic<size_t> softmax_tc_smem_set[4][64];
+
+template <int DK, int DV> static cudaError_t launch_tc(const vlacu_args &a, int slot, cudaStream_t st) {
+    typedef smx::tc_smem<DK, DV> S;
+    void (*const kern)(const vlacu_args) = smx::softmax_tc_kernel<DK, DV>;
+    const cudaError_t e = raise_smem_limit((const void *)kern, softmax_tc_smem_set[slot], S::bytes);
+    if (e != cudaSuccess) return e;
+    const unsigned nqt = (unsigned)((a.T + smx::BQ - 1) / smx::BQ);
+    VLACU_LAUNCH(kern, nqt * (unsigned)(a.B * a.H), smx::NT, S::bytes, st, a);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, cudaStream_t st) {
+    if (softmax_tc_ok(a, dev)) {
+        if (a.dk <= 32) return a.dv <= 32 ? launch_tc<32, 32>(a, 0, st) : launch_tc<32, 64>(a, 1, st);
+        return a.dv <= 32 ? launch_tc<64, 32>(a, 2, st) : launch_tc<64, 64>(a, 3, st);
+    }
     const cudaError_t e = raise_smem_limit((const void *)softmax_kernel, softmax_smem_set, smem_bytes);
     if (e != cudaSuccess) return e;
     const unsigned nqt = (unsigned)((a.T + tile - 1) / tile);
