@@ -13,6 +13,9 @@
 #      ones;
 #   8. per-kernel times (VLA_CUDA_KERNEL_TIMES=1) of linear chunked, old and new.
 # Usage on the device (carry [".debs", ".ab"]): bash benchmarks/h200_session7.sh
+# Run 2 used AB_OLD=.ab/mid (another tree to compare against), AB_ONLY (the rows of step 3),
+# AB_SHAPES, and SKIP_PROFILE=1 (no step 8); run 3 TEST_SEEDS="..." (test_cuda on each seed's
+# random inputs, new and old, after step 2).
 # Writes $OUT/summary.txt, $OUT/bench_cuda.md, $OUT/sdpa.md and $OUT/all.tar.gz (every log).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,19 +34,28 @@ build() { # src dir, build dir, archs, targets...
     { tail -30 "$W/build-$(basename "$dir").log"; exit 1; }
 }
 B=$ROOT/build-h200-fat OLD=$ROOT/build-ab-old
-build . "$B" "75;90" test_cuda vla-check vla-bench bench_cuda_targets & build .ab/old "$OLD" 90 bench_cuda_targets &
+old_targets=(bench_cuda_targets); [ -n "${TEST_SEEDS:-}" ] && old_targets+=(test_cuda)
+build . "$B" "75;90" test_cuda vla-check vla-bench bench_cuda_targets & build "${AB_OLD:-.ab/old}" "$OLD" 90 "${old_targets[@]}" &
 wait
 [ -x "$B/tests/test_cuda" ] && [ -n "$(find "$OLD" -name bench_cuda_targets -type f)" ] || { log "build failed"; exit 1; }
 log "built (new: sm_75 + sm_90; old: sm_90)"
 CK_FORK=no timeout 200 "$B/tests/test_cuda" > "$W/test_cuda.log" 2>&1; log "test_cuda exit $?: $(tail -n 1 "$W/test_cuda.log")"
 timeout 60 "$B/tools/vla-check" --backend cuda > "$W/vla-check-cuda.txt" 2>&1; log "vla-check cuda exit $?: $(tail -n 1 "$W/vla-check-cuda.txt")"
+for seed in ${TEST_SEEDS:-}; do # test_cuda on other random inputs, new and old
+  for c in new old; do
+    d=$B; [ $c = old ] && d=$OLD
+    VLA_TEST_SEED=$seed CK_FORK=no timeout 200 "$d/tests/test_cuda" > "$W/test_cuda-seed$seed-$c.log" 2>&1
+    log "test_cuda seed $seed $c exit $?: $(tail -n 1 "$W/test_cuda-seed$seed-$c.log" | cut -c1-200)"
+    grep -h "FAIL" "$W/test_cuda-seed$seed-$c.log" | head -5 | tee -a "$S"
+  done
+done
 bench() { find "$1" -name bench_cuda_targets -type f | head -1; }
 shapes=(); for s in ${AB_SHAPES:-1,4,32,2048 1,4,32,8192 1,4,32,32768 8,16,64,2048}; do shapes+=(--shape "$s"); done
 for round in 1 2; do
   for c in old new; do
     d=$OLD; [ $c = new ] && d=$B
     f="$W/ab-r$round-$c.txt"
-    timeout 150 "$(bench "$d")" --no-limits --only softmax,linear,delta,vla-chunked "${shapes[@]}" > "$f.md" 2> "$f"
+    timeout 150 "$(bench "$d")" --no-limits --only "${AB_ONLY:-softmax,linear,delta,vla-chunked}" "${shapes[@]}" > "$f.md" 2> "$f"
     echo "== round $round $c: $(grep -E ' ms \(' "$f" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-3)}')" | tee -a "$S"
   done
 done
@@ -59,7 +71,7 @@ for algo in fused chunked; do
     > "$W/sanitizer-racecheck-$algo.txt" 2>&1
   log "compute-sanitizer racecheck ($algo) exit $?: $(grep -h 'SUMMARY' "$W/sanitizer-racecheck-$algo.txt" | tail -n 1)"
 done
-for c in old new; do
+for c in $([ -z "${SKIP_PROFILE:-}" ] && echo old new); do
   d=$OLD; [ $c = new ] && d=$B
   for s in 8,16,64,2048 1,4,32,2048 1,4,32,131072; do
     echo "== $c linear shape $s" >> "$W/profile.txt"
@@ -72,4 +84,4 @@ for f in "$W"/sanitizer-*.txt; do xz -9 "$f"; done
 cp "$S" "$OUT/summary.txt"; cp "$W/bench_cuda.md" "$W/sdpa.md" "$OUT/" 2>/dev/null
 tar -C "$W" -czf "$OUT/all.tar.gz" .
 grep -E "^\| \(|^\| decode|^- decode" "$W/bench_cuda.md" | cut -d'|' -f2-8 | head -60
-cat "$W/sdpa.md"; cat "$W/profile.txt"
+cat "$W/sdpa.md"; cat "$W/profile.txt" 2>/dev/null

@@ -64,6 +64,9 @@ static const cu_case cases[] = {
     {.name = "softmax T200 H2 dk33 dv40 scale 2", .mech = SM, .B = 1, .T = 200, .H = 2, .dk = 33, .dv = 40, .scale = 2.0},
     {.name = "softmax T129 H3 dk64 dv20", .mech = SM, .B = 1, .T = 129, .H = 3, .dk = 64, .dv = 20},
     {.name = "softmax T140 dk64 dv65 (generic form)", .mech = SM, .B = 1, .T = 140, .H = 1, .dk = 64, .dv = 65},
+    /* few query tiles: each one's key tiles split over blocks, then combined (2 parts here) */
+    {.name = "softmax T512 dk16 dv16 (keys in 2 parts)", .mech = SM, .B = 1, .T = 512, .H = 1, .dk = 16, .dv = 16},
+    {.name = "softmax T700 H2 dk64 dv40 (keys in 2 parts)", .mech = SM, .B = 1, .T = 700, .H = 2, .dk = 64, .dv = 40},
 
     /* ---- linear ---- */
     {.name = "linear T=1", .mech = LI, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
@@ -502,8 +505,10 @@ static const long_case long_cases[] = {
      * all) and as many as the shared memory holds (T = 4096 at dk = 64, 2048 at dk = 32) */
     {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, DE}, {4096, 16, 64, VLA_ALGO_CHUNKED, 1e-4, 1, DE},
     {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, DE}, {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, LI},
-    /* softmax's tensor-core form: 16 query blocks of up to 16 key tiles (T = 1024), 32 of 32 */
-    {1024, 4, 64, VLA_ALGO_FUSED, 1e-5, 1, 0, 1},  {4096, 2, 32, VLA_ALGO_FUSED, 1e-4, 1, 0, 1},
+    /* softmax's tensor-core form on few query tiles, so their keys go in parts: 4 parts (T = 1024,
+     * H = 4), 5 (T = 2048, H = 4; T = 4096, H = 2) */
+    {1024, 4, 64, VLA_ALGO_FUSED, 1e-5, 1, 0, 1},  {2048, 4, 32, VLA_ALGO_FUSED, 1e-4, 1, 0, 1},
+    {4096, 2, 32, VLA_ALGO_FUSED, 1e-4, 1, 0, 1},
 };
 
 START_TEST(test_long) {
@@ -535,9 +540,10 @@ END_TEST
  * 200, head 0) every later row of head 0; a NaN in v (token 150, head 1, column 5) column 5 from
  * token 150 on, and never an earlier row (which a 0 x NaN in a product would). _i = 0: the
  * tensor-core form (dk = dv = 64 on sm_80+, where token 150 lies in a diagonal key tile of the
- * second query block); 1: the generic form (dk = 80). ---- */
+ * second query block); 1: the generic form (dk = 80); 2: the tensor-core form with T = 600, whose
+ * query tiles' keys go in two parts. ---- */
 START_TEST(test_softmax_nonfinite) {
-    cu_case c = {.mech = SM, .B = 1, .T = 300, .H = 2, .dk = _i == 0 ? 64 : 80, .dv = 64};
+    cu_case c = {.mech = SM, .B = 1, .T = _i == 2 ? 600 : 300, .H = 2, .dk = _i == 1 ? 80 : 64, .dv = 64};
     tu_rng rng;
     tu_seed(&rng, seed_base + 1700 + (uint64_t)_i);
     vla_attn_desc d;
@@ -566,10 +572,10 @@ START_TEST(test_softmax_nonfinite) {
         }
     }
     const double err = sqrt(num / den);
-    fprintf(stderr, "  softmax non-finite dk%d: %zu non-finite, %zu differ from cpu, %zu early, finite vs cpu %.2e\n",
-            dk, nonfinite, differ, early, err);
-    /* head 0: row 40 (64) and rows 200.. (100 x 64); head 1: column 5 of rows 150.. (150) */
-    ck_assert_uint_eq(nonfinite, 64 + 100 * 64 + 150);
+    fprintf(stderr, "  softmax non-finite T%d dk%d: %zu non-finite, %zu differ from cpu, %zu early, finite vs cpu %.2e\n",
+            c.T, dk, nonfinite, differ, early, err);
+    /* head 0: row 40 (64) and rows 200.. ((T - 200) x 64); head 1: column 5 of rows 150.. */
+    ck_assert_uint_eq(nonfinite, 64 + (size_t)(c.T - 200) * 64 + (size_t)(c.T - 150));
     ck_assert_uint_eq(differ, 0);
     ck_assert_uint_eq(early, 0);
     ck_assert_msg(err < 1e-5, "finite entries vs cpu: %.3e", err);
@@ -704,7 +710,7 @@ static Suite *cuda_suite(void) {
     suite_add_tcase(s, tl);
     TCase *tp = tcase_create("paths");
     tcase_add_loop_test(tp, test_carry_path, 0, 2);
-    tcase_add_loop_test(tp, test_softmax_nonfinite, 0, 2);
+    tcase_add_loop_test(tp, test_softmax_nonfinite, 0, 3);
     suite_add_tcase(s, tp);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_open_errors);

@@ -152,7 +152,7 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
                 while ((ri + 1) * (ri + 2) <= w) ri++; /* tiles of row blocks < ri: ri (ri + 1) */
                 const int ci = w - ri * (ri + 1), r0 = m0 + 16 * ri, c0 = m0 + 8 * ci;
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                warp_mma<true>(G + r0 * ldg + k0, ldg, G + c0 * ldg + k0, ldg, 16, d);
+                warp_mma<true, true>(G + r0 * ldg + k0, ldg, G + c0 * ldg + k0, ldg, 16, d);
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const int i = r0 + g + (q >> 1) * 8, j = c0 + 2 * t + (q & 1);
@@ -221,7 +221,7 @@ template <int DK> __device__ void lower_solve_blocked(const float *L, int ldl, c
     for (int b0 = 0; b0 < C; b0 += 16) {
         if (b0 > 0 && warp < DK / 8) {
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            warp_mma(L + b0 * ldl, ldl, X + 8 * warp, ldx, b0, d);
+            warp_mma<false, true>(L + b0 * ldl, ldl, X + 8 * warp, ldx, b0, d);
 #pragma unroll
             for (int q = 0; q < 4; q++) X[(b0 + g + (q >> 1) * 8) * ldx + 8 * warp + 2 * t + (q & 1)] -= d[q];
         }
@@ -496,7 +496,7 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
         __syncthreads();
         norm_rows<DK>(U, ld, (float)a.eps, (float)a.u_scale, nullptr, 0); /* U = s_u normalize(.) */
         __syncthreads();
-        mmb<DK, DK, C, true, false>(U, ld, U, ld, acc);
+        mmb<DK, DK, C, true, false, true>(U, ld, U, ld, acc);
     }
     double *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
 #pragma unroll
@@ -776,8 +776,8 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         float x[tl::NE], y[tl::NE];
         zerob<C, DK>(x);
         zerob<C, DK>(y);
-        mmb<C, DK, DK, false, false>(U, ld, A0, ld, x);
-        mmb<C, DK, DK, false, false>(K, ld, A0, ld, y);
+        mmb<C, DK, DK, false, false, true>(U, ld, A0, ld, x);
+        mmb<C, DK, DK, false, false, true>(K, ld, A0, ld, y);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) {
                 UA[tl::row(i) * ld + tl::col(i)] = x[i];
@@ -791,7 +791,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         typedef blk<C, C> tl;
         float x[tl::NE];
         zerob<C, C>(x);
-        mmb<C, C, DK, false, true>(UA, ld, U, ld, x);
+        mmb<C, C, DK, false, true, true>(UA, ld, U, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++)
                 G[tl::row(i) * ldc + tl::col(i)] = x[i] + (tl::row(i) == tl::col(i) ? 1.0f : 0.0f);
@@ -823,7 +823,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         typedef blk<C, C> tl;
         float x[tl::NE];
         zerob<C, C>(x);
-        mmb<C, C, DK, false, true>(K, ld, Z, ld, x);
+        mmb<C, C, DK, false, true, true>(K, ld, Z, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
     }
@@ -834,7 +834,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         typedef blk<C, DK> tl;
         float x[tl::NE];
         zerob<C, DK>(x);
-        mmb<C, DK, C, false, false>(G, ldc, Z, ld, x);
+        mmb<C, DK, C, false, false, true>(G, ldc, Z, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) Al[tl::row(i) * ld + tl::col(i)] -= x[i];
     }
@@ -846,7 +846,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         typedef blk<DK, DK> tl;
         float x[tl::NE];
         zerob<DK, DK>(x);
-        mmb<DK, DK, C, true, false>(Z, ld, Z, ld, x);
+        mmb<DK, DK, C, true, false, true>(Z, ld, Z, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) {
                 const int r = tl::row(i), cc = tl::col(i);

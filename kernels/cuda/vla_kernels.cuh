@@ -135,8 +135,13 @@ cudaError_t launch_normalize(const vlacu_args &a, float *work, cudaStream_t st);
 size_t softmax_static_smem();
 /* Largest tile (64, 32, 16, 8, 4) whose shared memory fits in `budget` bytes; 0 if none. */
 int softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_bytes);
-/* The tensor-core form (sm_80+, dk and dv <= 64) where it applies, else softmax_kernel with `tile`. */
-cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, cudaStream_t st);
+/* The tensor-core form (sm_80+, dk and dv <= 64): 0 where it does not apply, else the parts each
+ * query tile's keys are split into (>= 1), with the workspace their partial results need. */
+int softmax_tc_plan(const vlacu_args &a, const vlacu_device &dev, size_t *part_bytes);
+/* nsplit > 0 (softmax_tc_plan): the tensor-core form, part = its workspace; else softmax_kernel
+ * with `tile`. */
+cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, int nsplit,
+                           float *part, cudaStream_t st);
 
 } // namespace vlacu
 

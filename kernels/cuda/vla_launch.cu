@@ -89,6 +89,8 @@ struct layout {
     int seg, nseg, cmax;
     int tile;
     size_t tile_smem;
+    int smx_split;   /* softmax: 0 = softmax_kernel, else the tensor-core form's key parts */
+    size_t smx_part; /* its partial results (smx_split > 1) */
     size_t engine_smem_max;
     bool cp; /* the chunk-parallel form (vla_chunkpar.cu) */
     size_t cpMd, cpGp, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm, cpSeg, cpSst;
@@ -121,6 +123,9 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
         const size_t budget = smem_budget(dev, softmax_static_smem());
         L->tile = softmax_pick_tile(a->dk, a->dv, budget, &L->tile_smem);
         if (L->tile == 0) return (int)cudaErrorInvalidConfiguration;
+        size_t part = 0;
+        L->smx_split = softmax_tc_plan(*a, *dev, &part);
+        if (part) L->smx_part = w.take(part);
         break;
     }
     case VLACU_SEQUENTIAL: {
@@ -271,7 +276,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
     } while (0)
 
     if (a->algo == VLACU_FUSED) {
-        TRY(launch_softmax(*a, *dev, L.tile, L.tile_smem, st));
+        TRY(launch_softmax(*a, *dev, L.tile, L.tile_smem, L.smx_split, (float *)(W + L.smx_part), st));
         return 0;
     }
     if (a->algo == VLACU_SEQUENTIAL && seq_regs_applies(*a)) {

@@ -1,9 +1,9 @@
 /* Block matrix products for the chunk-parallel kernels, on tensor cores where the device has
  * float32-class ones (sm_80+: TF32 mma.sync) and on FMA units elsewhere (sm_75).
  *
- * Precision: 3xTF32. Each float32 operand x is split into big = tf32(x) and small = tf32(x - big)
- * (tf32: 10 stored mantissa bits, round to nearest, ties away), and a b ~ big_a big_b + big_a small_b
- * + small_a big_b; the dropped small_a small_b term is below 2^-22 of |a b|. So a product keeps
+ * Precision: 3xTF32 (4xTF32 where FOUR says so, see mmb). Each float32 operand x is split into
+ * big = tf32(x) and small = tf32(x - big) (tf32: 10 stored mantissa bits, round to nearest, ties
+ * away), and a b ~ big_a big_b + big_a small_b + small_a big_b; the dropped small_a small_b term is below 2^-22 of |a b|. So a product keeps
  * about 21-22 of float32's 24 bits, where plain TF32 keeps 11 (relative error 2^-11: far outside
  * the 1e-5 the issue asks for). Each 8-deep step is summed from zero in the tensor core and added
  * to the float32 accumulator on the CUDA cores, rounded to nearest (the tensor core's own
@@ -187,8 +187,9 @@ template <int M, int N> struct ttile {
     }
 };
 
-/* acc += op(A)[M x K] op(B)[K x N] (op as in mm: TA reads A[p*lda + r], TB reads B[c*ldb + p]). */
-template <int M, int N, int K, bool TA, bool TB>
+/* acc += op(A)[M x K] op(B)[K x N] (op as in mm: TA reads A[p*lda + r], TB reads B[c*ldb + p]).
+ * FOUR: 4xTF32, the small small term too (for the A part, see mmb). */
+template <int M, int N, int K, bool TA, bool TB, bool FOUR = false>
 __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int ldb, float (&acc)[ttile<M, N>::NE]) {
     typedef ttile<M, N> bl;
     static_assert(K % 8 == 0, "K must be a multiple of 8");
@@ -218,6 +219,7 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
                  * case on the H200). So each 8-deep step starts from zero there and is added to
                  * the accumulator here, rounded to nearest. */
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (FOUR) mma_tf32(d, as[mi], bs);
                 mma_tf32(d, as[mi], bb);
                 mma_tf32(d, ab[mi], bs);
                 mma_tf32(d, ab[mi], bb);
@@ -231,7 +233,7 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
 /* d += A[16 x kn] op(B)[kn x 8] for one 16 x 8 tile (A[r * lda + p]; B[p * ldb + c], or B[c * ldb + p]
  * when TB), kn a multiple of 8, accumulated as mmb does; called by a whole warp. d[q] is row
  * g + 8 (q / 2), column 2 t + q % 2. */
-template <bool TB = false>
+template <bool TB = false, bool FOUR = false>
 __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
     const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
     for (int k0 = 0; k0 < kn; k0 += 8) {
@@ -241,6 +243,7 @@ __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B
 #pragma unroll
         for (int q = 0; q < 2; q++) split_tf32(TB ? B[g * ldb + k0 + t + q * 4] : B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
         float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (FOUR) mma_tf32(e, as, bs);
         mma_tf32(e, as, bb);
         mma_tf32(e, ab, bs);
         mma_tf32(e, ab, bb);
@@ -267,11 +270,17 @@ template <int M, int N> struct pick_tile<true, M, N> { typedef ttile<M, N> type;
 #endif
 template <int M, int N> using blk = typename pick_tile<VLA_CP_TC && tc_fits(M, N), M, N>::type;
 
-template <int M, int N, int K, bool TA, bool TB>
+/* FOUR (tensor-core form): 4xTF32, a b = big big + big small + small big + small small, for the
+ * products of VLA's A part (and its Gram sums). There a_t = normalize(K A0 - tril(K Z^T) Z) cancels
+ * (with u = s_u k^ the first token's two terms agree to 1 / (1 + s_u^2 / lambda0), 1/11 at the
+ * defaults), which multiplies the products' rounding; in 3xTF32 one random input at T = 1, dk = 8
+ * gave 1.18e-5 against the 1e-5 bound on the H200 (session 7; 8.4e-6 in the emulator, 2.3e-6 with
+ * the fourth term, 9.2e-7 in FP32 FMA). */
+template <int M, int N, int K, bool TA, bool TB, bool FOUR = false>
 __device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int ldb, float (&acc)[blk<M, N>::NE]) {
 #if VLA_CP_TC
     if constexpr (tc_fits(M, N)) {
-        mmt<M, N, K, TA, TB>(A, lda, B, ldb, acc);
+        mmt<M, N, K, TA, TB, FOUR>(A, lda, B, ldb, acc);
         return;
     }
 #endif

@@ -116,7 +116,11 @@ __global__ void __launch_bounds__(VLACU_NT) softmax_kernel(const vlacu_args a, i
  * as in vla_mma.cuh (each operand split in big and small tf32 parts, 8-deep steps added to the
  * float32 accumulators on the CUDA cores). Scores are kept in log2 units (scale log2(e) folded
  * in), so p = exp2(s - m). Key tiles arrive by cp.async into two buffers: the next tile loads
- * while this one computes. Blocks start with the last query tiles (the longest rows).
+ * while this one computes. Blocks start with the last query tiles (the longest rows). With few
+ * query tiles (softmax_tc_nsplit: fewer blocks than two a multiprocessor) each tile's key tiles
+ * are split into parts, blocks of their own, combined by softmax_combine_kernel (flash-decoding's
+ * split): at (1,4,32) T = 2048 the last query tile walked 32 key tiles alone, 0.178 ms; in 5
+ * parts 0.081 ms (session 7 run2).
  * Non-finite values: a NaN score makes its row NaN (the running max propagates NaN); a NaN or
  * infinite v in a tile that some row must not see (the diagonal tiles) would reach that row
  * through 0 x NaN in the product, so such a tile takes a per-key FMA path that skips the keys
@@ -161,7 +165,10 @@ __device__ __forceinline__ void async_wait() {
 /* max that keeps a NaN from either side */
 __device__ __forceinline__ float nanmax(float x, float y) { return (x != x || x > y) ? x : y; }
 
-template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_kernel(const vlacu_args a) {
+/* nsplit > 1: the block takes part sp of its query tile's key tiles and writes its unnormalised O
+ * with the rows' m and l to part ([nqt][BH][nsplit][BQ][DV + 2], row-major) for
+ * softmax_combine_kernel; nsplit = 1: o itself. */
+template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_kernel(const vlacu_args a, int nsplit, float *part) {
 #if VLA_CP_TC
     using cp::mma_tf32;
     using cp::split_tf32;
@@ -170,29 +177,33 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
     constexpr int ldk = S::ldk, ldv = S::ldv, NDV = DV / 8;
     const int T = a.T, H = a.H, dk = a.dk, dv = a.dv, BH = a.B * a.H;
     const int nqt = (T + BQ - 1) / BQ;
-    const int qt = nqt - 1 - (int)blockIdx.x / BH, bh = (int)blockIdx.x % BH, b = bh / H, h = bh % H;
+    const int qt = nqt - 1 - (int)blockIdx.x / (BH * nsplit), rem = (int)blockIdx.x % (BH * nsplit);
+    const int sp = rem / BH, bh = rem % BH, b = bh / H, h = bh % H;
     float *Qs = (float *)smem, *Ks0 = Qs + BQ * ldk, *Vs0 = Ks0 + 2 * BK * ldk;
     int *vbad = (int *)(Vs0 + 2 * BK * ldv); /* [2 stages][8 warps] */
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int q0 = qt * BQ, kend = imin(q0 + BQ, T); /* keys 0 .. kend - 1 */
+    const int ntile = (kend + BK - 1) / BK, tpp = (ntile + nsplit - 1) / nsplit;
+    /* this block's key tiles; none for a part past the tile's keys: then m = -inf, l = 0, O = 0 go
+     * to the combine as they are (the loads below read nothing) */
+    const int jt0 = sp * tpp, jt1 = imin(jt0 + tpp, ntile);
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t sk = (size_t)H * dk, sv = (size_t)H * dv;
     const size_t head0 = (size_t)b * T * H + h; /* row (b, 0, h) */
     load_tile<BQ, DK>(Qs, ldk, a.q + (head0 + (size_t)q0 * H) * dk, sk, imin(BQ, T - q0), dk);
-    load_tile<BK, DK>(Ks0, ldk, a.k + head0 * dk, sk, imin(BK, kend), dk);
-    load_tile<BK, DV>(Vs0, ldv, a.v + head0 * dv, sv, imin(BK, kend), dv);
+    load_tile<BK, DK>(Ks0, ldk, a.k + (head0 + (size_t)jt0 * BK * H) * dk, sk, imin(BK, kend - jt0 * BK), dk);
+    load_tile<BK, DV>(Vs0, ldv, a.v + (head0 + (size_t)jt0 * BK * H) * dv, sv, imin(BK, kend - jt0 * BK), dv);
     const float c2 = (float)(a.scale * 1.4426950408889634074); /* scale log2(e) */
     const int wr0 = q0 + 16 * warp;                          /* the warp's first query row */
     const int row[2] = {wr0 + g, wr0 + g + 8};               /* this lane's two rows */
     float o[NDV * 4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int e = 0; e < NDV * 4; e++) o[e] = 0.0f;
-    const int ntile = (kend + BK - 1) / BK;
-    for (int jt = 0; jt < ntile; jt++) {
-        const int st = jt & 1, j0 = jt * BK;
+    for (int jt = jt0; jt < jt1; jt++) {
+        const int st = (jt - jt0) & 1, j0 = jt * BK;
         const float *Ks = Ks0 + st * BK * ldk, *Vs = Vs0 + st * BK * ldv;
         async_wait();
         __syncthreads(); /* tile jt visible; every warp is done with the other buffers */
-        if (jt + 1 < ntile) {
+        if (jt + 1 < jt1) {
             const int j1 = j0 + BK, n1 = imin(BK, kend - j1);
             load_tile<BK, DK>(Ks0 + (st ^ 1) * BK * ldk, ldk, a.k + (head0 + (size_t)j1 * H) * dk, sk, n1, dk);
             load_tile<BK, DV>(Vs0 + (st ^ 1) * BK * ldv, ldv, a.v + (head0 + (size_t)j1 * H) * dv, sv, n1, dv);
@@ -241,18 +252,21 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
             s[e] = x;
             mx[hr] = nanmax(mx[hr], x);
         }
-        float corr[2], ls[2] = {0.0f, 0.0f};
+        float corr[2], msafe[2], ls[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             mx[hr] = nanmax(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
             mx[hr] = nanmax(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            /* a row that has seen no key yet (a later part of the key range) keeps m = -inf:
+             * then corr and p use 0 in its place (0 and exp2(-inf) = 0), not -inf - -inf */
             const float mn = nanmax(m[hr], mx[hr]);
-            corr[hr] = exp2f(m[hr] - mn);
+            msafe[hr] = mn == -INFINITY ? 0.0f : mn;
+            corr[hr] = exp2f(m[hr] - msafe[hr]);
             m[hr] = mn;
         }
 #pragma unroll
         for (int e = 0; e < 32; e++) {
-            const float p = exp2f(s[e] - m[(e >> 1) & 1]);
+            const float p = exp2f(s[e] - msafe[(e >> 1) & 1]);
             s[e] = p;
             ls[(e >> 1) & 1] += p;
         }
@@ -300,11 +314,27 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
             }
         }
     }
+    async_wait(); /* (a part with no key tile left its zero-fill copies in flight) */
     /* o / l, l summed over the quad */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
         l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+    if (nsplit > 1) { /* the part's O, m, l; rows relative to the query tile */
+        float *pg = part + (((size_t)qt * BH + bh) * nsplit + sp) * BQ * (DV + 2);
+#pragma unroll
+        for (int e = 0; e < NDV * 4; e++) {
+            const int hr = (e >> 1) & 1, col = (e >> 2) * 8 + 2 * t + (e & 1);
+            pg[(size_t)(row[hr] - q0) * (DV + 2) + col] = o[e];
+        }
+        if (t == 0)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                pg[(size_t)(row[hr] - q0) * (DV + 2) + DV] = m[hr];
+                pg[(size_t)(row[hr] - q0) * (DV + 2) + DV + 1] = l[hr];
+            }
+        return;
     }
 #pragma unroll
     for (int e = 0; e < NDV * 4; e++) {
@@ -312,8 +342,32 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
         if (r < T && col < dv) a.o[(head0 + (size_t)r * H) * dv + col] = o[e] * (1.0f / l[hr]);
     }
 #else
-    (void)a; /* never launched: softmax_tc_ok() */
+    (void)a, (void)nsplit, (void)part; /* never launched: softmax_tc_ok() */
 #endif
+}
+
+/* [nqt x BH]: o from the nsplit parts of each row, m = max m_i, l = sum l_i 2^(m_i - m),
+ * o = sum O_i 2^(m_i - m) / l (a NaN m_i gives a NaN row; a part that saw none of a row's keys
+ * has m_i = -inf, l_i = 0, O_i = 0 and weight 0). */
+template <int DV> __global__ void __launch_bounds__(NT) softmax_combine_kernel(const vlacu_args a, int nsplit, const float *part) {
+    const int T = a.T, H = a.H, dv = a.dv, BH = a.B * a.H;
+    const int qt = (int)blockIdx.x / BH, bh = (int)blockIdx.x % BH, b = bh / H, h = bh % H, q0 = qt * BQ;
+    const int nq = imin(BQ, T - q0);
+    const float *pp = part + ((size_t)qt * BH + bh) * nsplit * BQ * (DV + 2);
+    const size_t head0 = (size_t)b * T * H + h;
+    for (int e = (int)threadIdx.x; e < nq * dv; e += NT) {
+        const int r = e / dv, col = e - r * dv;
+        float m = -INFINITY;
+        for (int i = 0; i < nsplit; i++) m = nanmax(m, pp[((size_t)i * BQ + r) * (DV + 2) + DV]);
+        float l = 0.0f, o = 0.0f;
+        for (int i = 0; i < nsplit; i++) {
+            const float *pr = pp + ((size_t)i * BQ + r) * (DV + 2);
+            const float w = exp2f(pr[DV] - m);
+            l += pr[DV + 1] * w;
+            o += pr[col] * w;
+        }
+        a.o[(head0 + (size_t)(q0 + r) * H) * dv + col] = o / l;
+    }
 }
 } // namespace smx
 
@@ -370,21 +424,52 @@ static bool softmax_tc_ok(const vlacu_args &a, const vlacu_device &dev) {
 
 static std::atomic<size_t> softmax_tc_smem_set[4][64];
 
-template <int DK, int DV> static cudaError_t launch_tc(const vlacu_args &a, int slot, cudaStream_t st) {
+/* Parts a query tile's keys are split into (1: none). With few query tiles a head and few heads
+ * (a short sequence, or one long one with 4 heads), the blocks leave multiprocessors idle and
+ * the last query tile walks every key tile alone: then up to 2 blocks a multiprocessor over all
+ * tiles, at least 4 key tiles a part. */
+static int softmax_tc_nsplit(const vlacu_args &a, const vlacu_device &dev) {
+    const long long nqt = (a.T + smx::BQ - 1) / smx::BQ, blocks = nqt * a.B * a.H;
+    const long long slots = 2LL * (dev.sm_count > 0 ? dev.sm_count : 1), ntile = (a.T + smx::BK - 1) / smx::BK;
+    long long n = (slots + blocks - 1) / blocks, most = ntile / 4;
+    if (n > most) n = most;
+    return n > 1 ? (int)n : 1;
+}
+
+int softmax_tc_plan(const vlacu_args &a, const vlacu_device &dev, size_t *part_bytes) {
+    *part_bytes = 0;
+    if (!softmax_tc_ok(a, dev)) return 0;
+    const int n = softmax_tc_nsplit(a, dev);
+    if (n > 1) {
+        const size_t nqt = (size_t)((a.T + smx::BQ - 1) / smx::BQ), dvp = a.dv <= 32 ? 32 : 64;
+        *part_bytes = nqt * (size_t)a.B * a.H * n * smx::BQ * (dvp + 2) * sizeof(float);
+    }
+    return n;
+}
+
+template <int DK, int DV> static cudaError_t launch_tc(const vlacu_args &a, int slot, int nsplit, float *part, cudaStream_t st) {
     typedef smx::tc_smem<DK, DV> S;
-    void (*const kern)(const vlacu_args) = smx::softmax_tc_kernel<DK, DV>;
+    void (*const kern)(const vlacu_args, int, float *) = smx::softmax_tc_kernel<DK, DV>;
     const cudaError_t e = raise_smem_limit((const void *)kern, softmax_tc_smem_set[slot], S::bytes);
     if (e != cudaSuccess) return e;
-    const unsigned nqt = (unsigned)((a.T + smx::BQ - 1) / smx::BQ);
-    VLACU_LAUNCH(kern, nqt * (unsigned)(a.B * a.H), smx::NT, S::bytes, st, a);
+    const unsigned nqt = (unsigned)((a.T + smx::BQ - 1) / smx::BQ), BH = (unsigned)(a.B * a.H);
+    VLACU_LAUNCH(kern, nqt * BH * (unsigned)nsplit, smx::NT, S::bytes, st, a, nsplit, part);
+    if (nsplit > 1) {
+        const cudaError_t e2 = cudaGetLastError();
+        if (e2 != cudaSuccess) return e2;
+        void (*const comb)(const vlacu_args, int, const float *) = smx::softmax_combine_kernel<DV>;
+        VLACU_LAUNCH(comb, nqt * BH, smx::NT, 0, st, a, nsplit, (const float *)part);
+    }
     return cudaGetLastError();
 }
 
-cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, cudaStream_t st) {
-    if (softmax_tc_ok(a, dev)) {
-        if (a.dk <= 32) return a.dv <= 32 ? launch_tc<32, 32>(a, 0, st) : launch_tc<32, 64>(a, 1, st);
-        return a.dv <= 32 ? launch_tc<64, 32>(a, 2, st) : launch_tc<64, 64>(a, 3, st);
+cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, int nsplit,
+                           float *part, cudaStream_t st) {
+    if (nsplit > 0) {
+        if (a.dk <= 32) return a.dv <= 32 ? launch_tc<32, 32>(a, 0, nsplit, part, st) : launch_tc<32, 64>(a, 1, nsplit, part, st);
+        return a.dv <= 32 ? launch_tc<64, 32>(a, 2, nsplit, part, st) : launch_tc<64, 64>(a, 3, nsplit, part, st);
     }
+    (void)dev;
     const cudaError_t e = raise_smem_limit((const void *)softmax_kernel, softmax_smem_set, smem_bytes);
     if (e != cudaSuccess) return e;
     const unsigned nqt = (unsigned)((a.T + tile - 1) / tile);
