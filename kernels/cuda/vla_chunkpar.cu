@@ -393,14 +393,10 @@ __device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float sca
     }
 }
 
-/* U (the penalty vectors: s_u normalize(u), or s_u k^) and K (k^ = normalize(phi(k))) of a chunk.
- * Ends with a barrier. */
-template <int DK>
-__device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float *U, float *K, int ld) {
+/* The normalisations of a chunk's U and K once their rows have landed (elu+1 applied, a barrier
+ * since): k^ = normalize(K), U = s_u normalize(u), or s_u k^. Ends with a barrier. */
+template <int DK> __device__ __forceinline__ void norm_uk(const vlacu_args &a, float *U, float *K, int ld) {
     const float eps = (float)a.eps, su = (float)a.u_scale;
-    load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
-    if (a.u) load_rows<DK>(a.u, a, b, h, ts, c, false, U, ld);
-    __syncthreads();
     norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
     if (a.u) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
     __syncthreads();
@@ -412,9 +408,19 @@ __device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float 
     __syncthreads();
 }
 
+/* U (the penalty vectors) and K (k^ = normalize(phi(k))) of a chunk. Ends with a barrier. */
+template <int DK>
+__device__ void load_uk(const vlacu_args &a, int b, int h, int ts, int c, float *U, float *K, int ld) {
+    load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
+    if (a.u) load_rows<DK>(a.u, a, b, h, ts, c, false, U, ld);
+    __syncthreads();
+    norm_uk<DK>(a, U, K, ld);
+}
+
 /* load_uk in two halves, so that the loads overlap other work: issue_uk puts the raw rows of k
  * (and u) in flight (cp.async on sm_80+), finish_uk waits for them and applies elu+1 and the
- * normalisations. Ends with a barrier. */
+ * normalisations. Ends with a barrier. (apart_kernel's later chunks keep load_uk: this pair there
+ * made apart_kernel<64, 2> spill 20 bytes, session 7.) */
 template <int DK>
 __device__ __forceinline__ void issue_uk(const vlacu_args &a, int b, int h, int ts, int c, float *U, float *K, int ld) {
     const size_t off = (((size_t)b * a.T + ts) * a.H + h) * a.dk, stride = (size_t)a.H * a.dk;
@@ -422,7 +428,6 @@ __device__ __forceinline__ void issue_uk(const vlacu_args &a, int b, int h, int 
     if (a.u) async_rows<C, DK>(U, ld, a.u + off, stride, c, a.dk);
 }
 template <int DK> __device__ void finish_uk(const vlacu_args &a, int c, float *U, float *K, int ld) {
-    const float eps = (float)a.eps, su = (float)a.u_scale;
     async_wait();
     if (a.elu1) /* each thread the entries it copied (async_rows' mapping), rows < c, columns < dk */
         for (int e = threadIdx.x; e < C * DK; e += NT) {
@@ -430,15 +435,7 @@ template <int DK> __device__ void finish_uk(const vlacu_args &a, int c, float *U
             if (t < c && i < a.dk) K[t * ld + i] = elu1f(K[t * ld + i]);
         }
     __syncthreads();
-    norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
-    if (a.u) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
-    __syncthreads();
-    if (!a.u) /* U = s_u k^ */
-        for (int e = threadIdx.x; e < C * DK; e += NT) {
-            const int t = e / DK, i = e - t * DK;
-            U[t * ld + i] = su * K[t * ld + i];
-        }
-    __syncthreads();
+    norm_uk<DK>(a, U, K, ld);
 }
 
 /* Development: clock64() at phase boundaries of block P.prof_block's thread 0 (VLA_CUDA_KERNEL_TIMES). */

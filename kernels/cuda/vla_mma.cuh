@@ -170,6 +170,21 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 #endif
 }
 
+/* acc[0..3] += a b on one 16 x 8 x 8 tile from split fragments (big ab, bb; small as, bs): the
+ * three products (four with FOUR: small small too) summed from zero in the tensor core, then added
+ * to acc on the CUDA cores, rounded to nearest (see mmt). */
+template <bool FOUR = false>
+__device__ __forceinline__ void mma_split(float *acc, const unsigned (&ab)[4], const unsigned (&as)[4],
+                                          const unsigned (&bb)[2], const unsigned (&bs)[2]) {
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (FOUR) mma_tf32(d, as, bs);
+    mma_tf32(d, as, bb);
+    mma_tf32(d, ab, bs);
+    mma_tf32(d, ab, bb);
+#pragma unroll
+    for (int q = 0; q < 4; q++) acc[q] += d[q];
+}
+
 template <int M, int N> struct ttile {
     static constexpr int WARPS = 8;
     static constexpr int TM = M / 16, TN = N / 8;
@@ -212,20 +227,12 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
                 const int c = bl::ncol(ni) + g, p = k0 + t + q * 4;
                 split_tf32(TB ? B[c * ldb + p] : B[p * ldb + c], bb[q], bs[q]);
             }
+            /* The tensor core adds with truncation: a 64-deep chain inside it drifted 5x past the
+             * float32 error (A_final 2.2e-5 against 4.7e-6 at one ill-conditioned test case on the
+             * H200). So each 8-deep step starts from zero there and is added to the accumulator
+             * here, rounded to nearest (mma_split). */
 #pragma unroll
-            for (int mi = 0; mi < bl::MT; mi++) {
-                /* The tensor core adds with truncation: a 64-deep chain inside it drifted 5x past
-                 * the float32 error (A_final 2.2e-5 against 4.7e-6 at one ill-conditioned test
-                 * case on the H200). So each 8-deep step starts from zero there and is added to
-                 * the accumulator here, rounded to nearest. */
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                if (FOUR) mma_tf32(d, as[mi], bs);
-                mma_tf32(d, as[mi], bb);
-                mma_tf32(d, ab[mi], bs);
-                mma_tf32(d, ab[mi], bb);
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[(mi * bl::NTL + ni) * 4 + q] += d[q];
-            }
+            for (int mi = 0; mi < bl::MT; mi++) mma_split<FOUR>(acc + (mi * bl::NTL + ni) * 4, ab[mi], as[mi], bb, bs);
         }
     }
 }
@@ -242,13 +249,7 @@ __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B
         for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
 #pragma unroll
         for (int q = 0; q < 2; q++) split_tf32(TB ? B[g * ldb + k0 + t + q * 4] : B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
-        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (FOUR) mma_tf32(e, as, bs);
-        mma_tf32(e, as, bb);
-        mma_tf32(e, ab, bs);
-        mma_tf32(e, ab, bb);
-#pragma unroll
-        for (int q = 0; q < 4; q++) d[q] += e[q];
+        mma_split<FOUR>(d, ab, as, bb, bs);
     }
 }
 
@@ -274,8 +275,8 @@ template <int M, int N> using blk = typename pick_tile<VLA_CP_TC && tc_fits(M, N
  * products of VLA's A part (and its Gram sums). There a_t = normalize(K A0 - tril(K Z^T) Z) cancels
  * (with u = s_u k^ the first token's two terms agree to 1 / (1 + s_u^2 / lambda0), 1/11 at the
  * defaults), which multiplies the products' rounding; in 3xTF32 one random input at T = 1, dk = 8
- * gave 1.18e-5 against the 1e-5 bound on the H200 (session 7; 8.4e-6 in the emulator, 2.3e-6 with
- * the fourth term, 9.2e-7 in FP32 FMA). */
+ * gave 1.18e-5 against the 1e-5 bound on the H200, 3.6e-7 with the fourth term (session 7; in the
+ * emulator 8.4e-6 and 2.3e-6, and 9.2e-7 in FP32 FMA). */
 template <int M, int N, int K, bool TA, bool TB, bool FOUR = false>
 __device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int ldb, float (&acc)[blk<M, N>::NE]) {
 #if VLA_CP_TC

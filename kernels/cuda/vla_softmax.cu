@@ -170,7 +170,7 @@ __device__ __forceinline__ float nanmax(float x, float y) { return (x != x || x 
  * softmax_combine_kernel; nsplit = 1: o itself. */
 template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_kernel(const vlacu_args a, int nsplit, float *part) {
 #if VLA_CP_TC
-    using cp::mma_tf32;
+    using cp::mma_split;
     using cp::split_tf32;
     VLACU_DYNSMEM(smem);
     typedef tc_smem<DK, DV> S;
@@ -235,12 +235,7 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
                 unsigned bb[2], bs[2];
 #pragma unroll
                 for (int q = 0; q < 2; q++) split_tf32(Ks[(ni * 8 + g) * ldk + k0 + t + q * 4], bb[q], bs[q]);
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_tf32(d, as, bb);
-                mma_tf32(d, ab, bs);
-                mma_tf32(d, ab, bb);
-#pragma unroll
-                for (int q = 0; q < 4; q++) s[ni * 4 + q] += d[q];
+                mma_split(s + ni * 4, ab, as, bb, bs);
             }
         }
         /* scale, causal mask (key <= row), row max over the quad, online update */
@@ -289,12 +284,7 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
                     unsigned bb[2], bs[2];
                     split_tf32(v0[nd * 8 + g], bb[0], bs[0]);
                     split_tf32(v0[ldv + nd * 8 + g], bb[1], bs[1]);
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_tf32(d, as, bb);
-                    mma_tf32(d, ab, bs);
-                    mma_tf32(d, ab, bb);
-#pragma unroll
-                    for (int q = 0; q < 4; q++) o[nd * 4 + q] += d[q];
+                    mma_split(o + nd * 4, ab, as, bb, bs);
                 }
             }
         } else {
