@@ -67,6 +67,9 @@ static const cu_case cases[] = {
     /* few query tiles: each one's key tiles split over blocks, then combined (2 parts here) */
     {.name = "softmax T512 dk16 dv16 (keys in 2 parts)", .mech = SM, .B = 1, .T = 512, .H = 1, .dk = 16, .dv = 16},
     {.name = "softmax T700 H2 dk64 dv40 (keys in 2 parts)", .mech = SM, .B = 1, .T = 700, .H = 2, .dk = 64, .dv = 40},
+    /* 33 key tiles in 8 parts of 5: the last query tile's last part has none (an address clamped
+     * inside the tensor; compute-sanitizer memcheck runs this case on the H200) */
+    {.name = "softmax T2100 dk16 dv16 (8 key parts, one empty)", .mech = SM, .B = 1, .T = 2100, .H = 1, .dk = 16, .dv = 16},
 
     /* ---- linear ---- */
     {.name = "linear T=1", .mech = LI, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},

@@ -190,8 +190,9 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
     const size_t sk = (size_t)H * dk, sv = (size_t)H * dv;
     const size_t head0 = (size_t)b * T * H + h; /* row (b, 0, h) */
     load_tile<BQ, DK>(Qs, ldk, a.q + (head0 + (size_t)q0 * H) * dk, sk, imin(BQ, T - q0), dk);
-    load_tile<BK, DK>(Ks0, ldk, a.k + (head0 + (size_t)jt0 * BK * H) * dk, sk, imin(BK, kend - jt0 * BK), dk);
-    load_tile<BK, DV>(Vs0, ldv, a.v + (head0 + (size_t)jt0 * BK * H) * dv, sv, imin(BK, kend - jt0 * BK), dv);
+    const size_t k0row = (size_t)imin(jt0, ntile - 1) * BK; /* an address inside the tensor even for no tile */
+    load_tile<BK, DK>(Ks0, ldk, a.k + (head0 + k0row * H) * dk, sk, imin(BK, kend - jt0 * BK), dk);
+    load_tile<BK, DV>(Vs0, ldv, a.v + (head0 + k0row * H) * dv, sv, imin(BK, kend - jt0 * BK), dv);
     const float c2 = (float)(a.scale * 1.4426950408889634074); /* scale log2(e) */
     const int wr0 = q0 + 16 * warp;                          /* the warp's first query row */
     const int row[2] = {wr0 + g, wr0 + g + 8};               /* this lane's two rows */
