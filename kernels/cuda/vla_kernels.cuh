@@ -140,7 +140,7 @@ int softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_bytes);
 int softmax_tc_plan(const vlacu_args &a, const vlacu_device &dev, size_t *part_bytes);
 /* nsplit > 0 (softmax_tc_plan): the tensor-core form, part = its workspace; else softmax_kernel
  * with `tile`. */
-cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, int nsplit,
+cudaError_t launch_softmax(const vlacu_args &a, int tile, size_t smem_bytes, int nsplit,
                            float *part, cudaStream_t st);
 
 } // namespace vlacu

@@ -276,7 +276,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
     } while (0)
 
     if (a->algo == VLACU_FUSED) {
-        TRY(launch_softmax(*a, *dev, L.tile, L.tile_smem, L.smx_split, (float *)(W + L.smx_part), st));
+        TRY(launch_softmax(*a, L.tile, L.tile_smem, L.smx_split, (float *)(W + L.smx_part), st));
         return 0;
     }
     if (a->algo == VLACU_SEQUENTIAL && seq_regs_applies(*a)) {

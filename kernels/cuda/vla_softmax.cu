@@ -454,13 +454,12 @@ template <int DK, int DV> static cudaError_t launch_tc(const vlacu_args &a, int 
     return cudaGetLastError();
 }
 
-cudaError_t launch_softmax(const vlacu_args &a, const vlacu_device &dev, int tile, size_t smem_bytes, int nsplit,
+cudaError_t launch_softmax(const vlacu_args &a, int tile, size_t smem_bytes, int nsplit,
                            float *part, cudaStream_t st) {
     if (nsplit > 0) {
         if (a.dk <= 32) return a.dv <= 32 ? launch_tc<32, 32>(a, 0, nsplit, part, st) : launch_tc<32, 64>(a, 1, nsplit, part, st);
         return a.dv <= 32 ? launch_tc<64, 32>(a, 2, nsplit, part, st) : launch_tc<64, 64>(a, 3, nsplit, part, st);
     }
-    (void)dev;
     const cudaError_t e = raise_smem_limit((const void *)softmax_kernel, softmax_smem_set, smem_bytes);
     if (e != cudaSuccess) return e;
     const unsigned nqt = (unsigned)((a.T + tile - 1) / tile);
