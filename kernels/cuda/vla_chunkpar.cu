@@ -37,6 +37,7 @@
  * tiles (CPV_* in vla_kernels.cuh). The Gram prefix and the inversion are double, as the
  * two-level form's (float32 prefix sums drift over long T). */
 #include "vla_kernels.cuh"
+#include "vla_inverse.cuh"
 #include "vla_mma.cuh"
 
 #include <stdio.h>
@@ -53,56 +54,6 @@ constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most (8: no faster
 #ifdef VLA_CUDA_EMU
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #endif
-
-/* The inverse of the N x N matrix M (double; src(r0, c0, m) puts its R x R block at r0, c0 in m) by Gauss-Jordan elimination
- * without pivoting (exact for symmetric positive definite matrices: every pivot is a Schur
- * complement's diagonal, > 0). Each thread keeps an R x R block in registers (R = N / 16: rows
- * R (tid / 16) .., columns R (tid % 16) ..); at step k the owners of row k and of column k publish
- * them to buf (double[2][2N], by k's parity: the buffer a step writes was last read before the
- * previous step's barrier), one barrier, and every thread updates its block. (The shared-memory
- * form, three loads and a store of every entry a step, took 177k cycles a block at N = 64.) Then
- * out(i, j, entry) for the thread's entries; no barrier at the end. A non-positive or NaN pivot
- * gives non-finite entries, which then show in every output of the segment. */
-template <int N, typename S, typename F> __device__ __forceinline__ void gj_inverse(S src, double *buf, F out) {
-    constexpr int R = N / 16;
-    static_assert(R * R * NT == N * N, "N x N must split over NT threads as 16 x 16 blocks");
-    const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
-    double m[R][R];
-    src(r0, c0, m);
-#pragma unroll 1
-    for (int k = 0; k < N; k++) {
-        double *row = buf + (k & 1) * 2 * N, *col = row + N;
-#pragma unroll
-        for (int i = 0; i < R; i++)
-            if (r0 + i == k)
-#pragma unroll
-                for (int j = 0; j < R; j++) row[c0 + j] = m[i][j];
-#pragma unroll
-        for (int j = 0; j < R; j++)
-            if (c0 + j == k)
-#pragma unroll
-                for (int i = 0; i < R; i++) col[r0 + i] = m[i][j];
-        __syncthreads();
-        const double rp = 1.0 / row[k];
-        double akj[R], aik[R];
-#pragma unroll
-        for (int j = 0; j < R; j++) akj[j] = row[c0 + j];
-#pragma unroll
-        for (int i = 0; i < R; i++) aik[i] = col[r0 + i];
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-            for (int j = 0; j < R; j++) {
-                const bool ik = r0 + i == k, jk = c0 + j == k;
-                if (ik) m[i][j] = jk ? rp : akj[j] * rp;
-                else m[i][j] = jk ? -aik[i] * rp : fma(-aik[i], akj[j] * rp, m[i][j]);
-            }
-    }
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int j = 0; j < R; j++) out(r0 + i, c0 + j, m[i][j]);
-}
 
 /* Cholesky of the symmetric C x C matrix G (ld ldg; the lower triangle is read) in place: on
  * return the lower triangle holds L (G = L L^T) and the upper is zero. Blocked by panels of 16
@@ -1128,6 +1079,120 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
 #undef XB
 }
 
+#ifdef VLA_CUDA_EMU
+struct alignas(16) vf4 {
+    float x, y, z, w;
+};
+#else
+typedef float4 vf4;
+#endif
+
+/* The plain walk (W_PLAIN) at DK = 32 with 8 or 16 value columns a block, P's rows in registers
+ * (session 8). walk_kernel stashes each P_j in shared memory and its product reads two shared
+ * values for every multiply-add (RM = RN = 1 there): 226 instructions a warp a step, about 1000
+ * cycles (Nsight Compute, session 5: mostly waits on those dependent loads). Here thread
+ * (i, cq) keeps row i of P_j in 32 registers (the next chunk's row comes from global memory
+ * into 32 more while this step computes) and reads its columns cq + 8 u of X from shared memory
+ * as X^T rows, 16 bytes a load: a step is 8 vector loads of P, 8 of X a column, 32 FMA a column
+ * and one barrier (X^T double-buffered). The sums are mm's (KS partial sums, the same order),
+ * so X and the outputs are bitwise walk_kernel's. X_j to Xst; S_out, A_out at the end. */
+template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 2 : 1) walk_rows_kernel(const cp_params P) {
+    constexpr int DK = 32, TPR = NT / DK, NC = BV / TPR, KS = NC >= 4 ? 1 : 4 / NC, ldx = DK + 4;
+    static_assert(AHEAD == 1 || AHEAD == 2, "P_{j+1} or P_{j+2} in flight");
+    static_assert(NC * TPR == BV && (BV == 8 || BV == 16), "8 or 16 value columns, 1 or 2 a thread");
+    __shared__ __align__(16) float xt[2][BV][ldx]; /* X^T: [column][row], by step parity */
+    const vlacu_args &a = P.a;
+    const int dk = a.dk, dv = a.dv, nvb = (dv + BV - 1) / BV, nch = P.nch;
+    const int cb = blockIdx.x % nvb, bh = blockIdx.x / nvb;
+    if (head_skipped(P, bh)) return;
+    const int v0 = cb * BV, nv = imin(BV, dv - v0);
+    const int i = (int)threadIdx.x / TPR, cq = (int)threadIdx.x % TPR; /* row i, columns cq + TPR u */
+    const float *pg = P.Pm + (size_t)bh * nch * DK * DK + i * DK;
+    const float *qg = P.Qm + (size_t)bh * nch * DK * dv + (size_t)i * dv + v0;
+    float *xg = P.Xst + (size_t)bh * nch * DK * dv + (size_t)i * dv + v0;
+    float x[NC], qa[NC], qb[NC], qc[NC];
+    vf4 pa[DK / 4], pb[DK / 4], pc[DK / 4]; /* pc: with AHEAD = 2 only */
+    auto fetch = [&](int j, vf4 (&pd)[DK / 4], float (&qd)[NC]) { /* P_j's row i, Q_j's entries */
+        const vf4 *p4 = reinterpret_cast<const vf4 *>(pg + (size_t)j * DK * DK);
+#pragma unroll
+        for (int k = 0; k < DK / 4; k++) pd[k] = p4[k];
+#pragma unroll
+        for (int u = 0; u < NC; u++) {
+            const int c = cq + TPR * u;
+            qd[u] = c < nv ? qg[(size_t)j * DK * dv + c] : 0.0f;
+        }
+    };
+#pragma unroll
+    for (int u = 0; u < NC; u++) { /* X_0 = S_in^T (zero rows past dk, columns past nv) */
+        const int c = cq + TPR * u;
+        x[u] = (a.S_in && i < dk && c < nv) ? a.S_in[(size_t)bh * dk * dv + (size_t)i * dv + v0 + c] : 0.0f;
+        xt[0][c][i] = x[u];
+    }
+    if (nch > 0) fetch(0, pa, qa);
+    if (AHEAD == 2 && nch > 1) fetch(1, pb, qb);
+    __syncthreads();
+    PROF(12);
+    /* X_j to Xst; X <- P_j X + Q_j, with P_{j+AHEAD}, Q_{j+AHEAD} in flight (into pd, qd) */
+    auto step = [&](int j, const vf4 (&pc)[DK / 4], const float (&qc)[NC], vf4 (&pd)[DK / 4], float (&qd)[NC]) {
+        const int s = j & 1;
+#pragma unroll
+        for (int u = 0; u < NC; u++)
+            if (cq + TPR * u < nv) xg[(size_t)j * DK * dv + cq + TPR * u] = x[u];
+        if (j + AHEAD < nch) fetch(j + AHEAD, pd, qd);
+#pragma unroll
+        for (int u = 0; u < NC; u++) {
+            const int c = cq + TPR * u;
+            const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][0]);
+            float part[KS];
+#pragma unroll
+            for (int t = 0; t < KS; t++) part[t] = t == 0 ? qc[u] : 0.0f;
+#pragma unroll
+            for (int k = 0; k < DK / 4; k++) {
+                const vf4 xk = xv[k], pk = pc[k];
+                part[(4 * k + 0) % KS] = fmaf(pk.x, xk.x, part[(4 * k + 0) % KS]);
+                part[(4 * k + 1) % KS] = fmaf(pk.y, xk.y, part[(4 * k + 1) % KS]);
+                part[(4 * k + 2) % KS] = fmaf(pk.z, xk.z, part[(4 * k + 2) % KS]);
+                part[(4 * k + 3) % KS] = fmaf(pk.w, xk.w, part[(4 * k + 3) % KS]);
+            }
+            float t0 = part[0];
+#pragma unroll
+            for (int t = 1; t < KS; t++) t0 += part[t];
+            x[u] = t0;
+            xt[s ^ 1][c][i] = t0;
+        }
+        __syncthreads();
+    };
+    int j = 0;
+    if (AHEAD == 1) { /* buffers a, b in turn: step j computes from one while P_{j+1} lands in the other */
+        for (; j + 1 < nch; j += 2) {
+            step(j, pa, qa, pb, qb);
+            if (j == 0) PROF(14);
+            step(j + 1, pb, qb, pa, qa);
+            if (j == 0) PROF(15);
+        }
+        if (j < nch) step(j, pa, qa, pb, qb);
+    } else { /* a, b, c: P_{j+2} lands in the buffer step j - 1 used */
+        for (; j + 2 < nch; j += 3) {
+            step(j, pa, qa, pc, qc);
+            if (j == 0) PROF(14);
+            step(j + 1, pb, qb, pa, qa);
+            if (j == 0) PROF(15);
+            step(j + 2, pc, qc, pb, qb);
+        }
+        if (j < nch) step(j, pa, qa, pc, qc);
+        if (j + 1 < nch) step(j + 1, pb, qb, pa, qa);
+    }
+    PROF(13);
+    if (a.S_out)
+#pragma unroll
+        for (int u = 0; u < NC; u++) {
+            const int c = cq + TPR * u;
+            if (i < dk && c < nv) a.S_out[(size_t)bh * dk * dv + (size_t)i * dv + v0 + c] = x[u];
+        }
+    if (a.mech == VLACU_VLA && a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
+        for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
+}
+
 /* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) (Y - W X_j) = (Q~ - Pm W) X_j + Pm Y, Pm = tril(Q~ Al^T),
  * VT output columns at a time ---- */
 /* Shared memory: Q~, Al, Pm, and one slot for W, then Y's columns; X's columns go to Al's place
@@ -1356,6 +1421,13 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         if ((e = cp_launch(km, BH * ((unsigned)(DK / 32) + nvb) * ns, sc, st, PP)) != cudaSuccess) return e;
         if ((e = cp_launch(ks, BH * nvb, sc, st, PP)) != cudaSuccess) return e;
         if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
+    } else if (DK == 32 && bv <= 16) { /* P's rows in registers (walk_rows_kernel); static shared memory only */
+        /* two chunks ahead (96 registers of P rows, one block a multiprocessor) when the blocks fit one a
+         * multiprocessor: one ahead left each step waiting on its loads (about 900 cycles a step) */
+        const bool one = BH * nvb <= (unsigned)P.sms;
+        const kfn kw = bv == 8 ? (one ? walk_rows_kernel<8, 2> : walk_rows_kernel<8, 1>)
+                               : (one ? walk_rows_kernel<16, 2> : walk_rows_kernel<16, 1>);
+        if ((e = cp_launch(kw, BH * nvb, 0, st, PP)) != cudaSuccess) return e;
     } else {
         const kfn kc = bv == 8 ? walk_kernel<DK, 8, W_PLAIN> : bv == 16 ? walk_kernel<DK, 16, W_PLAIN> : walk_kernel<DK, 32, W_PLAIN>;
         const size_t sc = bv == 8 ? walk_smem<DK, 8>::bytes : bv == 16 ? walk_smem<DK, 16>::bytes : walk_smem<DK, 32>::bytes;
