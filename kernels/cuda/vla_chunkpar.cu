@@ -401,6 +401,15 @@ template <int DK> __device__ void finish_uk(const vlacu_args &a, int c, float *U
 
 __device__ __forceinline__ bool head_skipped(const cp_params &P, int bh) { return P.flags && P.flags[bh]; }
 
+/* The walk's end, by its first column block: A_out <- A after the last token (VLA; every A part has
+ * run, in an earlier launch, so A_in may be A_out). */
+__device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh) {
+    const vlacu_args &a = P.a;
+    if (a.mech != VLACU_VLA || !a.A_out) return;
+    const size_t n = (size_t)a.dk * a.dk;
+    for (size_t e = threadIdx.x; e < n; e += NT) a.A_out[(size_t)bh * n + e] = P.Aend[(size_t)bh * n + e];
+}
+
 /* ---- cp_gram: the Gram sum U^T U of part p of segment g's chunks (g < nseg - 1) into Gp. A
  * segment's chunks are split over gparts blocks (at most GRAM_SUB chunks each): each chunk is a
  * row load, a normalisation and a 64-deep product behind a barrier, several microseconds of
@@ -1072,8 +1081,7 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
                 const int r = tx::row(i), cc = tx::col(i);
                 if (r < dk && cc < nv) a.S_out[(size_t)bh * dk * dv + (size_t)r * dv + v0 + cc] = xs[i];
             }
-    if (a.mech == VLACU_VLA && a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
-        for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
+    if (v0 == 0) a_out_from_aend(P, bh);
 #undef PB
 #undef QB
 #undef XB
@@ -1189,8 +1197,7 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
             const int c = cq + TPR * u;
             if (i < dk && c < nv) a.S_out[(size_t)bh * dk * dv + (size_t)i * dv + v0 + c] = x[u];
         }
-    if (a.mech == VLACU_VLA && a.A_out && v0 == 0) /* every A part has run (an earlier launch): A_in may be A_out */
-        for (int e = threadIdx.x; e < dk * dk; e += NT) a.A_out[(size_t)bh * dk * dk + e] = P.Aend[(size_t)bh * dk * dk + e];
+    if (v0 == 0) a_out_from_aend(P, bh);
 }
 
 /* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) (Y - W X_j) = (Q~ - Pm W) X_j + Pm Y, Pm = tril(Q~ Al^T),
