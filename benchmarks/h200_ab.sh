@@ -12,6 +12,8 @@
 # "newf3:-DVLA_TF32_FAST3"), AB_TESTS (test_cuda configurations, default "new
 # new:VLA_CP_VARIANT=0"), AB_PROFILE_CONFIGS (default "old new"; the profile now includes delta),
 # AB_TREES ("name:dir": more source trees, e.g. "mid:.ab/mid").
+# Session 9 added: AB_GATE (microseconds; every configuration is timed a second time with
+# bench_cuda_targets --gate, which needs that option in the old tree's benchmark too).
 # (Runs 2-4 of benchmarks/results/2026-11-30-h200-session5 used earlier states of this script
 # with development switches since removed; that folder's README lists them.)
 set -uo pipefail
@@ -40,9 +42,11 @@ CONFIGS=${AB_CONFIGS:-"old new new:VLA_CP_VARIANT=0"}
 for round in 1 2; do
   for c in $CONFIGS; do
     b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
-    f="$W/bench-r$round-${c//[:=]/_}.txt"
-    env "${envs[@]}" timeout 120 "$(bench "$b")" --no-limits --only vla-chunked,delta "${shapes[@]}" > "$f.md" 2> "$f"
-    echo "== round $round $c: $(grep -E ' ms \(' "$f" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-3)}')" | tee -a "$S"
+    for gate in "" ${AB_GATE:+$AB_GATE}; do # AB_GATE=us (session 9): each configuration also gated (GPU time alone)
+      f="$W/bench-r$round-${c//[:=]/_}${gate:+-gate}.txt"
+      env "${envs[@]}" timeout 120 "$(bench "$b")" --no-limits ${gate:+--gate $gate} --only vla-chunked,delta "${shapes[@]}" > "$f.md" 2> "$f"
+      echo "== round $round $c${gate:+ gated}: $(grep -E ' ms \(' "$f" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-3)}')" | tee -a "$S"
+    done
   done
 done
 for c in ${AB_TESTS:-new new:VLA_CP_VARIANT=0}; do
@@ -54,7 +58,7 @@ for c in ${AB_PROFILE_CONFIGS:-old new}; do
   b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
   for s in ${AB_PROFILE:-1,4,32,2048 8,16,64,2048}; do
     echo "== $c shape $s" >> "$W/profile.txt"
-    env "${envs[@]}" VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick --only vla-chunked,delta --shape "$s" 2>&1 |
+    env "${envs[@]}" VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick ${AB_GATE:+--gate $AB_GATE} --only vla-chunked,delta --shape "$s" 2>&1 |
       grep -E "chunkpar|cycles|ms \(" >> "$W/profile.txt"
   done
 done

@@ -500,6 +500,9 @@ static const long_case long_cases[] = {
     {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1, 0},
     /* dk = 64 on the chunk-parallel form: one chunk a block, and segments of 4 chunks (H200) */
     {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, 0},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
+    /* (1,4,32) T = 8192, a target shape: segments of two chunks, 64 a head (cp_prefix), the walk
+     * in segments, the output split beside it (output_split_kernel) */
+    {8192, 4, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
     /* 320 heads of 4 chunks: more A-part blocks than two a multiprocessor hold, so the dk = 32
      * instance at three blocks a multiprocessor (80 registers) runs (chunkpar_apart_minb; 21
      * minutes in the emulator, where it passed at 1.2e-6) */

@@ -27,6 +27,9 @@ typedef struct cuda_context {
     size_t ws_bytes;
     cudaEvent_t ev_start, ev_stop; /* vla_backend_timer_*, created on first use */
     int have_events;
+    cudaStream_t aux;           /* a second stream for work beside the main one (vlacu_aux) */
+    cudaEvent_t fork, join;
+    int have_aux;               /* 0: could not be created, everything runs on `stream` */
 } cuda_context;
 
 static cuda_context *ctx_of(const vla_backend *b) { return (cuda_context *)b->context; }
@@ -203,7 +206,8 @@ static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla
                         vla_algorithm_name(d->algorithm), a->T);
     s = ensure_workspace(b, need);
     if (s != VLA_OK) return s;
-    e = vlacu_forward(&x, &c->info, c->ws, c->ws_bytes, (void *)c->stream);
+    const vlacu_aux aux = {(void *)c->aux, (void *)c->fork, (void *)c->join};
+    e = vlacu_forward(&x, &c->info, c->ws, c->ws_bytes, (void *)c->stream, c->have_aux ? &aux : NULL);
     if (e != 0) {
         char what[128];
         snprintf(what, sizeof what, "vla_attention_forward (%s, %s)", vla_mechanism_name(d->mechanism),
@@ -255,6 +259,12 @@ static void cuda_close(vla_backend *b) {
         if (c->have_events) {
             (void)cudaEventDestroy(c->ev_start);
             (void)cudaEventDestroy(c->ev_stop);
+        }
+        if (c->have_aux) {
+            (void)cudaStreamSynchronize(c->aux);
+            (void)cudaEventDestroy(c->fork);
+            (void)cudaEventDestroy(c->join);
+            (void)cudaStreamDestroy(c->aux);
         }
         (void)cudaStreamDestroy(c->stream);
     }
@@ -318,6 +328,17 @@ static vla_status cuda_open(const char *device, vla_backend *b) {
         free(c);
         return cuda_fail(b, e, "vla_backend_open");
     }
+    /* the second stream and its events: optional (without them the kernels run in one stream) */
+    c->have_aux = cudaStreamCreate(&c->aux) == cudaSuccess;
+    if (c->have_aux && cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaStreamDestroy(c->aux);
+        c->have_aux = 0;
+    } else if (c->have_aux && cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaEventDestroy(c->fork);
+        (void)cudaStreamDestroy(c->aux);
+        c->have_aux = 0;
+    }
+    (void)cudaGetLastError();
     c->info.sm_count = prop.multiProcessorCount;
     c->info.smem_optin = prop.sharedMemPerBlockOptin > prop.sharedMemPerBlock ? prop.sharedMemPerBlockOptin
                                                                               : prop.sharedMemPerBlock;

@@ -17,7 +17,8 @@
  *     O = Q~ X_j + tril(Q~ Al^T)(Y - W X_j).
  *
  * Kernels (one-dimensional grids):
- *   cp_gram    [BH x (nseg-1) x gparts]   U^T U over a part of segment g's chunks -> Gp (double)
+ *   cp_gram    [BH x (nseg-1) x gparts]   U^T U over a part of segment g's chunks -> Gp (float: its
+ *                                float sums as they are; every sum of them is double)
  *   cp_prefix  [BH x DK^2 R/256] Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1});
  *                                with few parts (P.fold) cp_apart sums them itself instead
  *   cp_apart   [BH x nseg]       (VLA) A at the segment start = M_g^{-1}, carried over its chunks;
@@ -403,11 +404,11 @@ __device__ __forceinline__ bool head_skipped(const cp_params &P, int bh) { retur
 
 /* The walk's end, by its first column block: A_out <- A after the last token (VLA; every A part has
  * run, in an earlier launch, so A_in may be A_out). */
-__device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh) {
+__device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh, int nthreads = NT) {
     const vlacu_args &a = P.a;
     if (a.mech != VLACU_VLA || !a.A_out) return;
     const size_t n = (size_t)a.dk * a.dk;
-    for (size_t e = threadIdx.x; e < n; e += NT) a.A_out[(size_t)bh * n + e] = P.Aend[(size_t)bh * n + e];
+    for (size_t e = threadIdx.x; e < n; e += (size_t)nthreads) a.A_out[(size_t)bh * n + e] = P.Aend[(size_t)bh * n + e];
 }
 
 /* ---- cp_gram: the Gram sum U^T U of part p of segment g's chunks (g < nseg - 1) into Gp. A
@@ -416,6 +417,7 @@ __device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh) {
  * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768); the next
  * chunk's rows are in flight (two buffers) while one is normalised and multiplied. ---- */
 template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
+    pdl_enter();
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
     const int per = P.nseg - 1, p = blockIdx.x % P.gparts, g = blockIdx.x / P.gparts % per;
@@ -455,9 +457,9 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
         __syncthreads();
         mmb<DK, DK, C, true, false, true>(U, ld, U, ld, acc);
     }
-    double *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
+    float *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
 #pragma unroll
-    for (int i = 0; i < tl::NE; i++) dst[tl::row(i) * DK + tl::col(i)] = (double)acc[i];
+    for (int i = 0; i < tl::NE; i++) dst[tl::row(i) * DK + tl::col(i)] = acc[i];
 }
 
 /* ---- cp_prefix: Md slot g <- M_0 + the Gram parts of segments 0..g-1 (g >= 1), a scan over the
@@ -481,6 +483,7 @@ __device__ __forceinline__ double m0_entry(const cp_params &P, int bh, int i, in
 }
 
 template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
+    pdl_enter();
     __shared__ double tot[NT];
     const int nq = (P.nseg - 1) * P.gparts; /* parts in segment order */
     const int R = prefix_runs(nq), E = NT / R, per = DK * DK / E;
@@ -489,7 +492,7 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
     const int i = e / DK, jj = e - i * DK;
     const double m0 = m0_entry(P, bh, i, jj);
     double *s = P.Md + (size_t)bh * P.nseg * DK * DK + e;
-    const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + e;
+    const float *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + e;
     const int L = (nq + R - 1) / R, q0 = imin(nq, run * L), q1 = imin(nq, q0 + L);
     constexpr int U = 16;
     double x[U], sum = 0.0;
@@ -651,6 +654,7 @@ template <int DK> struct apart_smem {
 template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 32; }
 
 template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
+    pdl_enter();
     VLACU_DYNSMEM(smem);
     typedef apart_smem<DK> S;
     const vlacu_args &a = P.a;
@@ -681,21 +685,21 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         if (fold_here<DK>() && P.fold) { /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch) */
             gj_inverse<DK>([&](int r0, int c0, double (&m)[R][R]) {
                 const int nq = g * P.gparts;
-                const double *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
+                const float *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
 #pragma unroll
                 for (int i = 0; i < R; i++)
 #pragma unroll
                     for (int jj = 0; jj < R; jj++) m[i][jj] = m0_entry(P, bh, r0 + i, c0 + jj);
-                constexpr int U = 16 / (R * R); /* parts a round trip: 16 loads in flight a thread */
+                constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread */
                 for (int q0 = 0; q0 < nq; q0 += U) {
-                    double x[U][R][R];
+                    float x[U][R][R];
 #pragma unroll
                     for (int u = 0; u < U; u++)
 #pragma unroll
                         for (int i = 0; i < R; i++)
 #pragma unroll
                             for (int jj = 0; jj < R; jj++)
-                                x[u][i][jj] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK + (r0 + i) * DK + c0 + jj] : 0.0;
+                                x[u][i][jj] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK + (r0 + i) * DK + c0 + jj] : 0.0f;
 #pragma unroll
                     for (int u = 0; u < U; u++) /* in part order, as cp_prefix with one run */
 #pragma unroll
@@ -839,6 +843,7 @@ template <int DK> struct sfac_smem {
  * blocks than two a multiprocessor hold; else two (chunkpar_sfac_minb). (A T4 holds one dk = 32
  * block anyway: no cap there.) */
 template <int DK, int MINB> __global__ void __launch_bounds__(NT, VLA_CP_TC ? MINB : 1) sfac_kernel(const cp_params P) {
+    pdl_enter();
     VLACU_DYNSMEM(smem);
     typedef sfac_smem<DK> S;
     const vlacu_args &a = P.a;
@@ -876,6 +881,7 @@ template <int DK> struct linmap_smem {
 
 /* [BH x nch]: Qm_j = phi(K_j)^T V_j (DK x dv), DK value columns at a time. */
 template <int DK> __global__ void __launch_bounds__(NT, 4) linmap_kernel(const cp_params P) {
+    pdl_enter();
     VLACU_DYNSMEM(smem);
     constexpr int ld = linmap_smem<DK>::ld;
     const vlacu_args &a = P.a;
@@ -909,6 +915,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 4) linmap_kernel(const c
  * and S_out. The entries are independent: no shared memory, no barrier; SW loads in flight a
  * thread. */
 __global__ void __launch_bounds__(NT) sumwalk_kernel(const cp_params P, int DK) {
+    pdl_enter();
     const vlacu_args &a = P.a;
     const int dk = a.dk, dv = a.dv, per = DK * dv, nb = (per + NT - 1) / NT;
     const int bh = blockIdx.x / nb, e = (blockIdx.x % nb) * NT + (int)threadIdx.x;
@@ -960,6 +967,7 @@ template <int DK, int BV> struct walk_smem {
  * (with a runtime mode, one profile at (1,4,32) T = 2048 counted 50.8k cycles for the 32 steps of
  * a block, against 34.6k before). */
 template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) walk_kernel(const cp_params P) {
+    pdl_enter();
     VLACU_DYNSMEM(smem);
     typedef walk_smem<DK, BV> S;
     constexpr int ld = S::ld, ldv = S::ldv, mode = MODE;
@@ -1105,6 +1113,7 @@ typedef float4 vf4;
  * and one barrier (X^T double-buffered). The sums are mm's (KS partial sums, the same order),
  * so X and the outputs are bitwise walk_kernel's. X_j to Xst; S_out, A_out at the end. */
 template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 2 : 1) walk_rows_kernel(const cp_params P) {
+    pdl_enter();
     constexpr int DK = 32, TPR = NT / DK, NC = BV / TPR, KS = NC >= 4 ? 1 : 4 / NC, ldx = DK + 4;
     static_assert(AHEAD == 1 || AHEAD == 2, "P_{j+1} or P_{j+2} in flight");
     static_assert(NC * TPR == BV && (BV == 8 || BV == 16), "8 or 16 value columns, 1 or 2 a thread");
@@ -1200,6 +1209,80 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
     if (v0 == 0) a_out_from_aend(P, bh);
 }
 
+/* The walk at DK = 32 with few heads (sm_80+, session 9), each entry of X by four threads: thread
+ * (i, c, q) holds the quarter k = 8q .. 8q + 7 of row i of P_j (two 16-byte loads, AHEAD chunks
+ * ahead), reads the same quarter of X's column c from shared memory (two 16-byte loads), makes 8
+ * multiply-adds, and the four quarters meet by two shuffles. Two columns a block (QW_COLS), so a
+ * head's walk spreads over dv / 2 blocks. A step is about 25 instructions a warp where
+ * walk_rows_kernel's was 94 (one thread an entry: 32 multiply-adds behind 16 vector loads); 512
+ * against 840 cycles a step at (1,4,32) T = 2048. (Giving walk_rows_kernel a deeper prefetch, a
+ * ring of chunk slots in shared memory filled by cp.async, made it slower, 930 cycles a step: the
+ * loads were not what it waited on.) The plain walk only: the same form for the segmented walk's
+ * three launches read each P_j once a column pair (16 times as often as walk_kernel's 32-column
+ * blocks) over 16 times as many blocks, and (1,4,32) T = 32768 ran 17% slower. The sums: Q_j +
+ * the quarter's products in k order, then (q0 + q1) + (q2 + q3); the four threads get the same
+ * bits. X_j to Xst; S_out, A_out at the end. Its own block size (QW_NT), launched as such. */
+constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns x 4 quarters */
+template <int AHEAD> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
+    pdl_enter();
+    constexpr int DK = 32, ldx = DK + 4;
+    static_assert(AHEAD >= 1 && AHEAD <= 3, "P_{j+1} .. P_{j+3} in flight");
+    __shared__ __align__(16) float xt[2][QW_COLS][ldx]; /* X^T: [column][row], by step parity */
+    const vlacu_args &a = P.a;
+    const int dk = a.dk, dv = a.dv, nch = P.nch, nvb = (dv + QW_COLS - 1) / QW_COLS;
+    const int cb = blockIdx.x % nvb, bh = blockIdx.x / nvb;
+    if (head_skipped(P, bh)) return;
+    const int q = (int)threadIdx.x & 3, c = ((int)threadIdx.x >> 2) & 1, i = (int)threadIdx.x >> 3;
+    const int col = cb * QW_COLS + c; /* the value column */
+    const bool live = col < dv;
+    vf4 pb[AHEAD + 1][2];
+    float qb[AHEAD + 1];
+    auto fetch = [&](int j, vf4 (&pd)[2], float &qd) { /* step j's P row i (quarter q) and Q entry */
+        const vf4 *p4 = reinterpret_cast<const vf4 *>(P.Pm + ((size_t)bh * nch + j) * DK * DK + i * DK + 8 * q);
+        pd[0] = p4[0], pd[1] = p4[1];
+        qd = live && q == 0 ? P.Qm[(((size_t)bh * nch + j) * DK + i) * dv + col] : 0.0f;
+    };
+    float x = a.S_in && i < dk && live ? a.S_in[(size_t)bh * dk * dv + (size_t)i * dv + col] : 0.0f; /* X_0 = S_in^T */
+    if (q == 0) xt[0][c][i] = x;
+#pragma unroll
+    for (int u = 0; u < AHEAD; u++)
+        if (u < nch) fetch(u, pb[u], qb[u]);
+    __syncthreads();
+    PROF(12);
+    /* buffers by j mod (AHEAD + 1), unrolled so that every index is a constant */
+    for (int jb = 0; jb < nch; jb += AHEAD + 1) {
+#pragma unroll
+        for (int u = 0; u <= AHEAD; u++) {
+            const int j = jb + u;
+            if (j >= nch) break;
+            const int s = j & 1;
+            if (q == 0 && live) P.Xst[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
+            if (j + AHEAD < nch) fetch(j + AHEAD, pb[(u + AHEAD) % (AHEAD + 1)], qb[(u + AHEAD) % (AHEAD + 1)]);
+            const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][8 * q]);
+            const vf4 x0 = xv[0], x1 = xv[1], p0 = pb[u][0], p1 = pb[u][1];
+            float part = qb[u];
+            part = fmaf(p0.x, x0.x, part);
+            part = fmaf(p0.y, x0.y, part);
+            part = fmaf(p0.z, x0.z, part);
+            part = fmaf(p0.w, x0.w, part);
+            part = fmaf(p1.x, x1.x, part);
+            part = fmaf(p1.y, x1.y, part);
+            part = fmaf(p1.z, x1.z, part);
+            part = fmaf(p1.w, x1.w, part);
+            part += __shfl_xor_sync(0xffffffffu, part, 1);
+            part += __shfl_xor_sync(0xffffffffu, part, 2);
+            x = part;
+            if (q == 0) xt[s ^ 1][c][i] = x;
+            __syncthreads();
+            if (j == 0) PROF(14);
+            if (j == 1) PROF(15);
+        }
+    }
+    PROF(13);
+    if (a.S_out && q == 0 && i < dk && live) a.S_out[(size_t)bh * dk * dv + (size_t)i * dv + col] = x;
+    if (cb == 0) a_out_from_aend(P, bh, QW_NT);
+}
+
 /* ---- cp_output: O = Q~ X_j + tril(Q~ Al^T) (Y - W X_j) = (Q~ - Pm W) X_j + Pm Y, Pm = tril(Q~ Al^T),
  * VT output columns at a time ---- */
 /* Shared memory: Q~, Al, Pm, and one slot for W, then Y's columns; X's columns go to Al's place
@@ -1219,6 +1302,7 @@ template <int DK> constexpr int output_minb() { return VLA_CP_TC ? (DK == 32 ? 4
 
 /* LIN (linear attention): Al = phi(k) from k itself, W = 0 (no Pm W), Y = V from v itself. */
 template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output_minb<DK>()) output_kernel(const cp_params P) {
+    pdl_enter();
     VLACU_DYNSMEM(smem);
     typedef output_smem<DK, VT> S;
     constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
@@ -1283,16 +1367,111 @@ template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output
     }
 }
 
+/* The output in two parts (VLA and DeltaNet), for shapes whose walk leaves most of the device
+ * idle: OUT_PRE runs beside the walk on a second stream and forms Q' = Q~ - Pm W and Pm Y, written
+ * over W and Y (only this chunk's block reads them); OUT_FIN, after the walk, adds Q' X_j. The same
+ * shared-memory layout as output_kernel (kept apart from it: with the modes in one kernel its
+ * dk = 64 form spilled more and DeltaNet at (8,16,64) T = 2048 ran 1% slower, session 9). */
+enum { OUT_PRE = 1, OUT_FIN = 2 };
+template <int DK, int VT, int MODE>
+__global__ void __launch_bounds__(NT, output_minb<DK>()) output_split_kernel(const cp_params P) {
+    pdl_enter();
+    VLACU_DYNSMEM(smem);
+    typedef output_smem<DK, VT> S;
+    constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
+    const vlacu_args &a = P.a;
+    const int bh = blockIdx.x / P.nch, j = blockIdx.x % P.nch;
+    if (head_skipped(P, bh)) return;
+    const int b = bh / a.H, h = bh % a.H, ts = j * P.C, c = imin(P.C, a.T - ts), dv = a.dv, T = a.T;
+    float *Q = (float *)smem, *Al = Q + C * ld, *Pm = Al + C * ld, *W = Pm + C * ldc;
+    float *X = Al, *Yt = W;
+    float *wg = P.W + ((size_t)bh * T + ts) * DK; /* W's rows, then Q' */
+    float *yg = P.Y + ((size_t)bh * T + ts) * dv; /* Y's rows, then Pm Y */
+    if (MODE == OUT_FIN) {
+        async_rows<C, DK>(Q, ld, wg, DK, c, DK);
+    } else {
+        if (a.elu1) load_rows<DK>(a.q, a, b, h, ts, c, true, Q, ld);
+        else async_rows<C, DK>(Q, ld, a.q + (((size_t)b * T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
+        async_rows<C, DK>(Al, ld, P.Al + ((size_t)bh * T + ts) * DK, DK, c, DK);
+        async_rows<C, DK>(W, ld, wg, DK, c, DK);
+        async_wait();
+        __syncthreads();
+        {
+            typedef blk<C, C> tl;
+            float x[tl::NE];
+            zerob<C, C>(x);
+            mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
+        }
+        __syncthreads();
+        { /* Q' = Q - Pm W, straight to W's rows in global memory (no one reads Q here again) */
+            typedef blk<C, DK> tl;
+            float x[tl::NE];
+            zerob<C, DK>(x);
+            mmb<C, DK, C, false, false>(Pm, ldc, W, ld, x);
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++)
+                if (tl::row(i) < c) wg[(size_t)tl::row(i) * DK + tl::col(i)] = Q[tl::row(i) * ld + tl::col(i)] - x[i];
+        }
+        __syncthreads(); /* W is read before Y lands in its place */
+    }
+    const float *xst = P.Xst + ((size_t)bh * P.nch + j) * DK * dv;
+    float *og = a.o + (((size_t)b * T + ts) * a.H + h) * dv;
+    const size_t so = (size_t)a.H * dv;
+    for (int v0 = 0; v0 < dv; v0 += VT) {
+        const int nv = imin(VT, dv - v0);
+        if (MODE == OUT_FIN) async_rows<DK, VT>(X, ldv, xst + v0, dv, DK, nv);
+        async_rows<C, VT>(Yt, ldv, yg + v0, dv, c, nv); /* Y, or Pm Y */
+        async_wait();
+        __syncthreads();
+        typedef blk<C, VT> tl;
+        float x[tl::NE];
+        if (MODE == OUT_FIN) { /* o = Pm Y + Q' X_j */
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++) x[i] = Yt[tl::row(i) * ldv + tl::col(i)];
+            mmb<C, VT, DK, false, false>(Q, ld, X, ldv, x);
+        } else {
+            zerob<C, VT>(x);
+            mmb<C, VT, C, false, false>(Pm, ldc, Yt, ldv, x);
+        }
+        /* (OUT_PRE: this tile of Y was read into Yt before the barrier above) */
+#pragma unroll
+        for (int i = 0; i < tl::NE; i++) {
+                const int t = tl::row(i), cc = tl::col(i);
+                if (t < c && cc < nv) {
+                    if (MODE == OUT_FIN) og[(size_t)t * so + v0 + cc] = x[i];
+                    else yg[(size_t)t * dv + v0 + cc] = x[i];
+                }
+            }
+        __syncthreads();
+    }
+}
+
 /* ---- host side ---- */
 
-/* A launch of one of the form's kernels. */
-static cudaError_t cp_launch(void (*kern)(const cp_params), unsigned grid, size_t smem, cudaStream_t st,
-                             const cp_params &P) {
-    VLACU_LAUNCH(kern, grid, NT, smem, st, P);
+/* A launch of one of the form's kernels; pdl: with programmatic stream serialization (sm_90+, see
+ * pdl_enter: every kernel here starts with it). */
+static cudaError_t launch_one(void (*kern)(const cp_params), unsigned grid, size_t smem, cudaStream_t st,
+                              const cp_params &P, bool pdl, unsigned block = NT) {
+#ifndef VLA_CUDA_EMU
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(grid), cfg.blockDim = dim3(block), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at, cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, kern, P);
+    }
+#else
+    (void)pdl;
+#endif
+    VLACU_LAUNCH(kern, grid, block, smem, st, P);
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[29][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[37][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -1346,7 +1525,7 @@ struct ktimer {
     }
 };
 
-template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
+template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, const vlacu_aux *aux) {
     const unsigned BH = (unsigned)(P.a.B * P.a.H), nch = (unsigned)P.nch;
     const int slot = DK == 32 ? 0 : 6, slot2 = DK == 32 ? 12 : 15; /* smem_set slots of this DK's kernels */
     cudaError_t e;
@@ -1375,6 +1554,25 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     }
     const cp_params &PP = Pp;
     typedef void (*kfn)(const cp_params);
+    /* The walk's blocks (its widest launch): at most one a multiprocessor means the device is
+     * mostly idle around the walk, and the launch gaps and the output are worth hiding there. */
+    const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
+    const unsigned walk_blocks = BH * nvb * (unsigned)(P.wnseg > 1 ? P.wnseg : 1);
+    const bool small = walk_blocks <= (unsigned)P.sms;
+    /* Every launch after the first with programmatic serialization (P.pdl: sm_90+) on small shapes
+     * (-1 to -2% at (1,4,32) T >= 8192; +0.5% at (8,16,64) T = 2048, session 9); not while the
+     * kernels are timed one by one. VLA_CP_PDL=0/1 (development) forces it off or on. */
+    static const int pdl_env = [] {
+        const char *e = getenv("VLA_CP_PDL");
+        return e && *e ? atoi(e) : -1;
+    }();
+    const bool pdl = P.pdl && !kt.on && pdl_env != 0 && (pdl_env == 1 || small);
+    bool chained = false;
+    auto cp_launch = [&](kfn kern, unsigned grid, size_t smem, cudaStream_t s, const cp_params &p, unsigned block = NT) {
+        const cudaError_t r = launch_one(kern, grid, smem, s, p, pdl && chained, block);
+        chained = true;
+        return r;
+    };
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
@@ -1391,7 +1589,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         if ((e = cp_launch(km, BH * nch, linmap_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
         kt.mark("linmap", st);
         const unsigned nb = (unsigned)((DK * P.a.dv + NT - 1) / NT);
-        VLACU_LAUNCH(sumwalk_kernel, BH * nb, NT, 0, st, PP, DK);
+        VLACU_LAUNCH(sumwalk_kernel, BH * nb, NT, 0, st, PP, DK); /* (launched plainly: it takes an int too) */
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         kt.mark("walk", st);
         const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32, true> : output_kernel<DK, 64, true>;
@@ -1417,7 +1615,35 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         if ((e = cp_launch(kf, BH * nch, sfac_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
         kt.mark("sfac", st);
     }
-    const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
+    /* The output's split (output_split_kernel: OUT_PRE beside the walk on the second stream,
+     * OUT_FIN after it) on small shapes. VLA_CP_SPLIT=0/1 (development) forces it off or on. */
+    static const int split_env = [] {
+        const char *e = getenv("VLA_CP_SPLIT");
+        return e && *e ? atoi(e) : -1;
+    }();
+    const bool split = aux && split_env != 0 && (split_env == 1 || small);
+    /* walk_quad_kernel for the plain walk at dk <= 32 when its dv / 2 blocks a head fit two a
+     * multiprocessor (sm_80+; the T4 keeps walk_rows_kernel, not measured there). VLA_CP_QUAD=0
+     * (development) turns it off. */
+    static const bool quad_env = [] {
+        const char *e = getenv("VLA_CP_QUAD");
+        return !(e && e[0] == '0');
+    }();
+    const bool quad = quad_env && P.cc >= 8 && P.wnseg <= 1 &&
+                      BH * (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS) <= 2u * (unsigned)P.sms;
+    const int VT = P.a.dv <= 32 ? 32 : 64;
+    const size_t so = VT == 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
+    const int oslot = 29 + (DK == 32 ? 0 : 4) + (VT == 32 ? 0 : 2); /* OUT_PRE; OUT_FIN + 1 */
+    if (split) { /* Q' and Pm Y on the second stream, from the A part's (or cp_sfac's) W, Y, Al */
+        const cudaStream_t as = (cudaStream_t)aux->stream;
+        const kfn kpre = VT == 32 ? output_split_kernel<DK, 32, OUT_PRE> : output_split_kernel<DK, 64, OUT_PRE>;
+        if ((e = raise(oslot, kpre, so)) != cudaSuccess) return e;
+        if ((e = cudaEventRecord((cudaEvent_t)aux->fork, st)) != cudaSuccess ||
+            (e = cudaStreamWaitEvent(as, (cudaEvent_t)aux->fork, 0)) != cudaSuccess)
+            return e;
+        if ((e = launch_one(kpre, BH * nch, so, as, PP, false)) != cudaSuccess) return e;
+        if ((e = cudaEventRecord((cudaEvent_t)aux->join, as)) != cudaSuccess) return e;
+    }
     if (P.wnseg > 1) { /* segments (bv = 32): their maps, the scan over them, each segment's walk */
         const unsigned ns = (unsigned)P.wnseg;
         const size_t sc = walk_smem<DK, 32>::bytes;
@@ -1428,6 +1654,9 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
         if ((e = cp_launch(km, BH * ((unsigned)(DK / 32) + nvb) * ns, sc, st, PP)) != cudaSuccess) return e;
         if ((e = cp_launch(ks, BH * nvb, sc, st, PP)) != cudaSuccess) return e;
         if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
+    } else if (DK == 32 && quad) { /* four threads an entry of X (walk_quad_kernel) */
+        const unsigned nq = (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS);
+        if ((e = cp_launch(walk_quad_kernel<2>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
     } else if (DK == 32 && bv <= 16) { /* P's rows in registers (walk_rows_kernel); static shared memory only */
         /* two chunks ahead (96 registers of P rows, one block a multiprocessor) when the blocks fit one a
          * multiprocessor: one ahead left each step waiting on its loads (about 900 cycles a step) */
@@ -1443,11 +1672,17 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st) {
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("walk", st);
-    const kfn ko = P.a.dv <= 32 ? output_kernel<DK, 32, false> : output_kernel<DK, 64, false>;
-    const size_t so = P.a.dv <= 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
-    if ((e = raise(slot + (P.a.dv <= 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
-    if ((e = cp_launch(ko, BH * nch, so, st, PP)) != cudaSuccess) return e;
-    kt.mark("output", st);
+    if (split) { /* after the walk and the second stream's part */
+        const kfn kfin = VT == 32 ? output_split_kernel<DK, 32, OUT_FIN> : output_split_kernel<DK, 64, OUT_FIN>;
+        if ((e = raise(oslot + 1, kfin, so)) != cudaSuccess) return e;
+        if ((e = cudaStreamWaitEvent(st, (cudaEvent_t)aux->join, 0)) != cudaSuccess) return e;
+        if ((e = launch_one(kfin, BH * nch, so, st, PP, false)) != cudaSuccess) return e;
+    } else {
+        const kfn ko = VT == 32 ? output_kernel<DK, 32, false> : output_kernel<DK, 64, false>;
+        if ((e = raise(slot + (VT == 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
+        if ((e = cp_launch(ko, BH * nch, so, st, PP)) != cudaSuccess) return e;
+    }
+    kt.mark(split ? "output (fin)" : "output", st);
     kt.finish(P.a);
     return cudaGetLastError();
 }
@@ -1506,7 +1741,8 @@ void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *b
     *wnseg = 1;
     if (a.mech == VLACU_LINEAR) return; /* sumwalk_kernel: a thread per entry of S, no segments */
     if (nch < 64 || heads * ((a.dv + 31) / 32) * 4 > sms || chunkpar_walk32_smem(a) > dev.smem_optin)
-        return; /* (from 32 chunks it was slower at T = 2048) */
+        return; /* (from 32 chunks it was slower at T = 2048; with walk_quad_kernel, leaving 64 and
+                 * 128 chunks unsegmented was 8% and 19% slower, session 9 run7) */
     int L = (int)ceil(sqrt(nch / 2.0));
     if (L < 2) L = 2;
     *bv = 32;
@@ -1567,8 +1803,8 @@ int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch) {
 
 int chunkpar_gram_parts(int seg) { return (seg + cp::GRAM_SUB - 1) / cp::GRAM_SUB; }
 
-cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st) {
-    return chunkpar_dk(p.a) == 32 ? cp::run<32>(p, bv, st) : cp::run<64>(p, bv, st);
+cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st, const vlacu_aux *aux) {
+    return chunkpar_dk(p.a) == 32 ? cp::run<32>(p, bv, st, aux) : cp::run<64>(p, bv, st, aux);
 }
 
 } // namespace vlacu

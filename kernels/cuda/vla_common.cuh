@@ -39,6 +39,19 @@ namespace vlacu {
 
 __host__ __device__ inline int ld_of(int cols) { return cols | 1; }
 
+/* Programmatic dependent launch (sm_90+): a kernel launched with the programmatic-serialization
+ * attribute may start while the kernel before it in the stream still runs. Each such kernel calls
+ * pdl_enter() before anything else: griddepcontrol.wait returns once the previous grid has
+ * finished and its writes are visible (at once for a kernel launched without the attribute), and
+ * launch_dependents then lets the next kernel's blocks be placed while this one runs, so the
+ * launch gap between kernels is hidden. A no-op before sm_90 and in the emulator. */
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* Host: raises a kernel's dynamic shared-memory limit to `bytes` (needed above 48 KB) once per
  * device and size: the call costs microseconds, which the decode path should not pay per token.
  * cache: 64 zero-initialised slots, one per device. */

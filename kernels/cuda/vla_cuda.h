@@ -47,9 +47,18 @@ typedef struct vlacu_args {
  * overflow. */
 int vlacu_workspace_bytes(const vlacu_args *a, const vlacu_device *dev, size_t *bytes);
 
-/* Enqueues the call on `stream` (a cudaStream_t). Does not wait for it. */
+/* A second stream and two events (cudaStream_t, cudaEvent_t created without timing) the caller
+ * owns, for work that can run beside the main stream's: the chunk-parallel form's output
+ * precomputation runs there while the S walk runs on the main stream (fork: recorded on the main
+ * stream, waited on by `stream`; join: the other way). */
+typedef struct vlacu_aux {
+    void *stream, *fork, *join;
+} vlacu_aux;
+
+/* Enqueues the call on `stream` (a cudaStream_t). Does not wait for it. aux may be NULL (then
+ * everything runs on `stream`). */
 int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
-                  void *stream);
+                  void *stream, const vlacu_aux *aux);
 
 /* Chunks of a piece: at most C tokens, and every refresh point (t0 + t + 1) % R == 0 ends one
  * (VLA-MATH 2.3). Host and device use the same closed form; exposed for the tests. */

@@ -81,7 +81,8 @@ struct cp_params {
     int C;              /* chunk length, <= 64 */
     int seg, nseg;      /* chunks a segment (one block of the A part), segments per head */
     double *Md;         /* [BH][nseg][DK*DK] M_g = (A at segment g's start)^{-1} (slots g >= 1) */
-    double *Gp;         /* [BH][nseg-1][gparts][DK*DK] Gram sums of the parts of each segment */
+    float *Gp;          /* [BH][nseg-1][gparts][DK*DK] Gram sums of the parts of each segment (float, as
+                         * summed; every sum over parts is double) */
     int gparts;         /* gram_kernel blocks a segment (chunkpar_gram_parts) */
     const double *Minv; /* [BH][dk*dk] A_in^{-1} (double), or null without A_in */
     const int *flags;   /* [BH] 1: A_in is not positive definite, the engine does the head; or null */
@@ -96,6 +97,8 @@ struct cp_params {
     int sfac_minb;      /* sfac_kernel blocks a multiprocessor: 2, or 3 (dk = 64) / 4 (dk = 32) (chunkpar_sfac_minb) */
     int fold;           /* VLA: apart_kernel sums the Gram parts itself (no cp_prefix; set by launch_chunkpar) */
     int sms;            /* the device's multiprocessors (walk_rows_kernel's prefetch depth) */
+    int pdl;            /* 1: launches after the first use programmatic dependent launch (sm_90+) */
+    int cc;             /* the device's compute capability, major (walk_ring_kernel: 8 and up) */
     float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
     float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
@@ -112,7 +115,7 @@ int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_apart_minb(const vlacu_args &a, const vlacu_device &dev, int nseg);
 int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_gram_parts(int seg);
-cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st);
+cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st, const vlacu_aux *aux);
 
 /* ---- sequential (vla_seq.cu) ---- */
 struct seq_params {

@@ -151,7 +151,7 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
             if (a->mech == VLACU_VLA) {
                 L->cpMd = w.take(sat_mul(sat_mul(BH, (size_t)L->nseg), DK * DK * 8));
                 if (L->nseg > 1)
-                    L->cpGp = w.take(sat_mul(sat_mul(BH, (size_t)(L->nseg - 1) * chunkpar_gram_parts(L->seg)), DK * DK * 8));
+                    L->cpGp = w.take(sat_mul(sat_mul(BH, (size_t)(L->nseg - 1) * chunkpar_gram_parts(L->seg)), DK * DK * 4));
             }
             if (a->mech != VLACU_LINEAR) { /* linear: P = I, W = 0, Y = V, Al = phi(k) (none stored) */
                 L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
@@ -260,7 +260,7 @@ extern "C" int vlacu_workspace_bytes(const vlacu_args *a, const vlacu_device *de
 }
 
 extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
-                             void *stream) {
+                             void *stream, const vlacu_aux *aux) {
     layout L;
     int e = make_layout(a, dev, &L);
     if (e) return e;
@@ -310,7 +310,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.C = L.cmax;
         cpp.seg = L.seg, cpp.nseg = L.nseg;
         cpp.Md = (double *)(W + L.cpMd);
-        cpp.Gp = (double *)(W + L.cpGp), cpp.gparts = chunkpar_gram_parts(L.seg);
+        cpp.Gp = (float *)(W + L.cpGp), cpp.gparts = chunkpar_gram_parts(L.seg);
         cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
         cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
         cpp.Pm = (float *)(W + L.cpPm), cpp.Qm = (float *)(W + L.cpQm);
@@ -318,6 +318,8 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.apart_minb = chunkpar_apart_minb(*a, *dev, (int)L.nseg);
         cpp.sfac_minb = chunkpar_sfac_minb(*a, *dev, (int)L.nchunks);
         cpp.sms = dev->sm_count > 0 ? dev->sm_count : 1;
+        cpp.pdl = dev->cc_major >= 9 ? 1 : 0;
+        cpp.cc = dev->cc_major;
         if (L.wnseg > 1) cpp.Seg = (float *)(W + L.cpSeg), cpp.Sst = (float *)(W + L.cpSst);
         if (a->A_in) { /* A_in^{-1} for the Gram prefix; heads where it fails go to the engine */
             aux_params ap;
@@ -329,7 +331,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
             cpp.Minv = ap.Minv;
             cpp.flags = ap.flags;
         }
-        TRY(launch_chunkpar(cpp, L.bv, st));
+        TRY(launch_chunkpar(cpp, L.bv, st, aux));
         if (a->A_in) {
             ep.mode = M_CHUNKED;
             ep.ncols = a->dv;
