@@ -1300,6 +1300,18 @@ template <int DK> constexpr int output_minb() { return 1; }
 template <int DK> constexpr int output_minb() { return VLA_CP_TC ? (DK == 32 ? 4 : 3) : 1; }
 #endif
 
+/* Pm = tril(Q Al^T) (C x C, ld C + LD_PAD) from Q and Al (C x DK, ld DK + LD_PAD): the chunk's
+ * causal scores, the output kernels' first product. No barrier. */
+template <int DK> __device__ __forceinline__ void causal_scores(const float *Q, const float *Al, float *Pm) {
+    typedef blk<C, C> tl;
+    constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
+    float x[tl::NE];
+    zerob<C, C>(x);
+    mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
+#pragma unroll
+    for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
+}
+
 /* LIN (linear attention): Al = phi(k) from k itself, W = 0 (no Pm W), Y = V from v itself. */
 template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output_minb<DK>()) output_kernel(const cp_params P) {
     pdl_enter();
@@ -1324,14 +1336,7 @@ template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output
     }
     async_wait();
     __syncthreads();
-    {
-        typedef blk<C, C> tl;
-        float x[tl::NE];
-        zerob<C, C>(x);
-        mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
-#pragma unroll
-        for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
-    }
+    causal_scores<DK>(Q, Al, Pm);
     __syncthreads();
     if (!LIN) { /* Q <- Q - Pm W: each thread its own entries of Q (no one else reads Q here) */
         typedef blk<C, DK> tl;
@@ -1396,14 +1401,7 @@ __global__ void __launch_bounds__(NT, output_minb<DK>()) output_split_kernel(con
         async_rows<C, DK>(W, ld, wg, DK, c, DK);
         async_wait();
         __syncthreads();
-        {
-            typedef blk<C, C> tl;
-            float x[tl::NE];
-            zerob<C, C>(x);
-            mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
-#pragma unroll
-            for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
-        }
+        causal_scores<DK>(Q, Al, Pm);
         __syncthreads();
         { /* Q' = Q - Pm W, straight to W's rows in global memory (no one reads Q here again) */
             typedef blk<C, DK> tl;
