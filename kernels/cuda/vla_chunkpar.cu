@@ -1557,14 +1557,14 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     const unsigned nvb = (unsigned)((P.a.dv + bv - 1) / bv);
     const unsigned walk_blocks = BH * nvb * (unsigned)(P.wnseg > 1 ? P.wnseg : 1);
     const bool small = walk_blocks <= (unsigned)P.sms;
-    /* Every launch after the first with programmatic serialization (P.pdl: sm_90+) on small shapes
+    /* Every launch after the first with programmatic serialization (sm_90+) on small shapes
      * (-1 to -2% at (1,4,32) T >= 8192; +0.5% at (8,16,64) T = 2048, session 9); not while the
      * kernels are timed one by one. VLA_CP_PDL=0/1 (development) forces it off or on. */
     static const int pdl_env = [] {
         const char *e = getenv("VLA_CP_PDL");
         return e && *e ? atoi(e) : -1;
     }();
-    const bool pdl = P.pdl && !kt.on && pdl_env != 0 && (pdl_env == 1 || small);
+    const bool pdl = P.cc >= 9 && !kt.on && pdl_env != 0 && (pdl_env == 1 || small);
     bool chained = false;
     auto cp_launch = [&](kfn kern, unsigned grid, size_t smem, cudaStream_t s, const cp_params &p, unsigned block = NT) {
         const cudaError_t r = launch_one(kern, grid, smem, s, p, pdl && chained, block);
