@@ -7,6 +7,8 @@
 # smsp__average_warps_issue_stalled_* metric) with the caches left warm (--cache-control none: the
 # default flush before the profiled launch makes the kernel read P and Q from DRAM, not from L2
 # where the previous kernel left them), for walk_kernel at (1,4,32) and apart_kernel at (8,16,64).
+# Session 10: NCU_LIST="kernel-regex:shape ..." picks the launches (both modes), and in the stall
+# mode the SourceCounters section's top stalled instructions are kept too (-lineinfo build).
 # Usage on the device (carry [".debs"]): OUT=... bash benchmarks/h200_ncu_chunkpar.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,11 +35,36 @@ stalls() { # name regex, shape
     "$BENCH" --no-limits --quick --only vla-chunked --shape "$2" > "$W/stalls-$1-$2.txt" 2>&1
   echo "== stalls $1 $2 (exit $?)"
   grep -E "stalled|cycles_active|inst_executed" "$W/stalls-$1-$2.txt" | awk '$NF+0 >= 0.05 || /cycles|inst/' | sort -k3 -g -r | head -14
+  if [ -n "${NCU_LIST:-}" ]; then # the SASS lines with the most stall samples
+    timeout 120 ncu --kernel-name "regex:$1" --launch-skip 1 --launch-count 1 --cache-control none --section SourceCounters \
+      --section WarpStateStats -o "$W/rep-$1-$2" "$BENCH" --no-limits --quick --only vla-chunked --shape "$2" > "$W/source-$1-$2.txt" 2>&1
+    ncu -i "$W/rep-$1-$2.ncu-rep" --page source --csv --print-source sass > "$W/sass-$1-$2.csv" 2>&1
+    python3 - "$W/sass-$1-$2.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+hi = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All" in c for c in r)), None)
+if hi is None:
+    print("no source page:", " | ".join(rows[0][:4]) if rows else "empty"); sys.exit(0)
+h = rows[hi]; ci = next(i for i, c in enumerate(h) if "Warp Stall Sampling (All" in c)
+si = next((i for i, c in enumerate(h) if c.strip() == "Source"), 1)
+body = [r for r in rows[hi + 1:] if len(r) > ci]
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+tot = sum(num(r[ci]) for r in body) or 1.0
+print("stall samples: %d over %d SASS lines; the top 24:" % (tot, len(body)))
+for r in sorted(body, key=lambda r: -num(r[ci]))[:24]:
+    print("  %5.1f%%  %s" % (100 * num(r[ci]) / tot, r[si].strip()[:110]))
+PY
+  fi
 }
 if [ "${NCU_STALLS:-0}" = 1 ]; then
-  stalls walk_kernel 1,4,32,2048
-  stalls apart_kernel 8,16,64,2048
-  stalls output_kernel 8,16,64,2048
+  for x in ${NCU_LIST:-walk_kernel:1,4,32,2048 apart_kernel:8,16,64,2048 output_kernel:8,16,64,2048}; do stalls "${x%%:*}" "${x#*:}"; done
+  tar -C "$W" -czf "$OUT/ncu.tar.gz" .
+  exit 0
+fi
+if [ -n "${NCU_LIST:-}" ]; then
+  for x in $NCU_LIST; do prof "${x%%:*}" "${x#*:}"; done
   tar -C "$W" -czf "$OUT/ncu.tar.gz" .
   exit 0
 fi

@@ -57,11 +57,13 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #endif
 
 /* Cholesky of the symmetric C x C matrix G (ld ldg; the lower triangle is read) in place: on
- * return the lower triangle holds L (G = L L^T) and the upper is zero. Blocked by panels of 16
+ * return the lower triangle holds L (G = L L^T). Blocked by panels of 16
  * columns, two barriers a panel: warp 0 factors the panel (lane l keeps rows k0 + l and
  * k0 + l + 32 of it in registers; pivots and L entries travel by shuffles), then every thread
  * takes the panel's rank-16 update off the trailing lower triangle (FMA; or, tc_update on sm_80+,
- * tensor-core tiles: 16 shared loads an entry became 2 fragment loads). Ends with a barrier. */
+ * tensor-core tiles: 16 shared loads an entry became 2 fragment loads). Above the diagonal only the
+ * panels' own entries are zeroed: its readers (the Z solve) read the lower triangle alone, and
+ * zeroing the rest took a pass and a barrier. Ends with a barrier. */
 __device__ void cholesky64(float *G, int ldg, bool tc_update) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int k0 = 0; k0 < C; k0 += 16) {
@@ -74,12 +76,16 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
                 x0[p] = v0 ? G[r0 * ldg + k0 + p] : 0.0f;
                 x1[p] = v1 ? G[r1 * ldg + k0 + p] : 0.0f;
             }
+            float piv = __shfl_sync(0xffffffffu, x0[0], 0); /* G[k0][k0] */
 #pragma unroll
             for (int jj = 0; jj < 16; jj++) {
-                const float piv = __shfl_sync(0xffffffffu, x0[jj], jj); /* G[k0+jj][k0+jj], updated */
                 const float rd = rsqrtf(piv), d = piv * rd; /* one MUFU op on the critical path */
                 x0[jj] = lane > jj ? x0[jj] * rd : (lane == jj ? d : x0[jj]);
                 x1[jj] *= rd;
+                /* the next pivot, G[k0+jj+1][k0+jj+1] - L[k0+jj+1][k0+jj]^2, from its own lane's
+                 * entries: the same FMA as that lane's update below (whose lpj is its own x0[jj]),
+                 * but not behind lpj's shuffle, which took a shuffle off each step's chain */
+                if (jj < 15) piv = __shfl_sync(0xffffffffu, fmaf(-x0[jj], x0[jj], x0[jj + 1]), jj + 1);
 #pragma unroll
                 for (int p = jj + 1; p < 16; p++) {
                     const float lpj = __shfl_sync(0xffffffffu, x0[jj], p); /* L[k0+p][k0+jj] */
@@ -95,6 +101,7 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
         }
         __syncthreads();
         const int m0 = k0 + 16, m = C - m0;
+        if (m == 0) break; /* the last panel: nothing trails it */
 #if VLA_CP_TC
         if (tc_update) { /* the trailing lower triangle by 16 x 8 tiles (3xTF32), tile (ri, ci) for ci <= 2 ri + 1 */
             const int nrt = m / 16, ntile = nrt * (nrt + 1); /* sum over ri of 2 ri + 2 */
@@ -126,11 +133,6 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
         }
         __syncthreads();
     }
-    for (int e = threadIdx.x; e < C * C; e += NT) {
-        const int i = e / C, j = e - i * C;
-        if (j > i) G[i * ldg + j] = 0.0f;
-    }
-    __syncthreads();
 }
 
 /* x <- L^{-1} x for one column x of C entries in shared memory (x[t * ldx]); L lower (ld ldl),
@@ -330,33 +332,57 @@ __device__ __forceinline__ void load_rows(const float *src, const vlacu_args &a,
     stage_rows<C, DK>(dst, ld, src + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk, elu1);
 }
 
-/* Row r of X[C][ld] (DK used columns) <- scale * row / max(||row||, eps); one warp per row. When
- * dst2 is given the result goes there (ld2) and X is left as it is. No barrier. */
-template <int DK>
-__device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale, float *dst2, int ld2) {
+/* Row r of X[C][ld] (DK used columns) <- scale * row / max(||row||, eps), and second(r, i, y) for
+ * each new entry y (a copy elsewhere, or nothing). A warp takes rows warp, warp + 8, .. all at
+ * once: their loads, the 8 sums' shuffles and the divisions are independent, so they overlap,
+ * where a row at a time was a chain of 8 x (load, 5 shuffles, sqrt, division): about 3k cycles a
+ * call at dk = 32 (apart_kernel's phase 9 was nothing else, session 9's profiles). The same sums
+ * in the same order as that loop, so the same bits. No barrier. */
+template <int DK, typename F>
+__device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale, F second) {
+    constexpr int RW = C / (NT / 32), PL = DK / 32; /* rows a warp; entries a lane a row */
+    static_assert(PL * 32 == DK && RW * (NT / 32) == C, "DK a multiple of 32, C of the warps");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < C; r += NT / 32) {
-        float ss = 0.0f;
-        for (int i = lane; i < DK; i += 32) ss += X[r * ld + i] * X[r * ld + i];
-        ss = warp_sum(ss);
-        const float mul = scale / fmaxf(sqrtf(ss), eps);
-        float *d = dst2 ? dst2 + r * ld2 : X + r * ld;
-        for (int i = lane; i < DK; i += 32) d[i] = X[r * ld + i] * mul;
+    float x[RW][PL], ss[RW];
+#pragma unroll
+    for (int k = 0; k < RW; k++)
+#pragma unroll
+        for (int p = 0; p < PL; p++) x[k][p] = X[(warp + 8 * k) * ld + lane + 32 * p];
+#pragma unroll
+    for (int k = 0; k < RW; k++) {
+        ss[k] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PL; p++) ss[k] += x[k][p] * x[k][p];
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < RW; k++) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], o); /* warp_sum's order */
+#pragma unroll
+    for (int k = 0; k < RW; k++) {
+        const int r = warp + 8 * k;
+        const float mul = scale / fmaxf(sqrtf(ss[k]), eps);
+#pragma unroll
+        for (int p = 0; p < PL; p++) {
+            const float y = x[k][p] * mul;
+            X[r * ld + lane + 32 * p] = y;
+            second(r, lane + 32 * p, y);
+        }
+    }
+}
+template <int DK> __device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale) {
+    norm_rows<DK>(X, ld, eps, scale, [](int, int, float) {});
 }
 
 /* The normalisations of a chunk's U and K once their rows have landed (elu+1 applied, a barrier
- * since): k^ = normalize(K), U = s_u normalize(u), or s_u k^. Ends with a barrier. */
+ * since): k^ = normalize(K), U = s_u normalize(u), or s_u k^ (written as k^ is). Ends with a barrier. */
 template <int DK> __device__ __forceinline__ void norm_uk(const vlacu_args &a, float *U, float *K, int ld) {
     const float eps = (float)a.eps, su = (float)a.u_scale;
-    norm_rows<DK>(K, ld, eps, 1.0f, nullptr, 0);
-    if (a.u) norm_rows<DK>(U, ld, eps, su, nullptr, 0);
-    __syncthreads();
-    if (!a.u) /* U = s_u k^ */
-        for (int e = threadIdx.x; e < C * DK; e += NT) {
-            const int t = e / DK, i = e - t * DK;
-            U[t * ld + i] = su * K[t * ld + i];
-        }
+    const bool copy = !a.u;
+    norm_rows<DK>(K, ld, eps, 1.0f, [&](int r, int i, float y) {
+        if (copy) U[r * ld + i] = su * y;
+    });
+    if (a.u) norm_rows<DK>(U, ld, eps, su);
     __syncthreads();
 }
 
@@ -453,7 +479,7 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
                 if (t < c && i < a.dk) U[t * ld + i] = elu1f(U[t * ld + i]);
             }
         __syncthreads();
-        norm_rows<DK>(U, ld, (float)a.eps, (float)a.u_scale, nullptr, 0); /* U = s_u normalize(.) */
+        norm_rows<DK>(U, ld, (float)a.eps, (float)a.u_scale); /* U = s_u normalize(.) */
         __syncthreads();
         mmb<DK, DK, C, true, false, true>(U, ld, U, ld, acc);
     }
@@ -572,7 +598,7 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
             float y[tl::NE], w[tl::NE];
             zerob<C, DK>(y);
             zerob<C, DK>(w);
-            mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
+            mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y); /* (as one mmb2, sfac_kernel<64, 3> spilled 40 bytes) */
             if (v0 == 0) mmb<C, DK, C, false, false>(G, ldc, K, ld, w);
             __syncthreads();
 #pragma unroll
@@ -580,20 +606,19 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
             if (v0 == 0)
 #pragma unroll
                 for (int i = 0; i < tl::NE; i++) K[tl::row(i) * ld + tl::col(i)] = w[i];
-        } else { /* Y = T V into Ys, W = T K over K (all of K read first); fewer live registers */
-            {
-                typedef blk<C, DK> tl;
-                float y[tl::NE];
-                zerob<C, DK>(y);
-                mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
-#pragma unroll
-                for (int i = 0; i < tl::NE; i++) Ys[tl::row(i) * ld + tl::col(i)] = y[i];
-            }
+        } else { /* Y = T V into Ys, W = T K over K (all of K read first) */
+            typedef blk<C, DK> tl;
+            float y[tl::NE], w[tl::NE];
+            zerob<C, DK>(y);
             if (v0 == 0) {
-                typedef blk<C, DK> tl;
-                float w[tl::NE];
                 zerob<C, DK>(w);
-                mmb<C, DK, C, false, false>(G, ldc, K, ld, w);
+                mmb2<C, DK, C, false, false, true, false>(G, nullptr, ldc, Vs, K, ld, y, w); /* one A: T */
+            } else {
+                mmb<C, DK, C, false, false>(G, ldc, Vs, ld, y);
+            }
+#pragma unroll
+            for (int i = 0; i < tl::NE; i++) Ys[tl::row(i) * ld + tl::col(i)] = y[i];
+            if (v0 == 0) {
                 __syncthreads();
 #pragma unroll
                 for (int i = 0; i < tl::NE; i++) K[tl::row(i) * ld + tl::col(i)] = w[i];
@@ -618,16 +643,26 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
         {
             typedef blk<DK, DK> tl;
             float x[tl::NE];
-            if (v0 == 0) {
-                zerob<DK, DK>(x);
-                mmb<DK, DK, C, true, false>(Al, ld, K, ld, x);
+            zerob<DK, DK>(x);
+            if (v0 == 0 && !INPLACE) { /* P and Q at once (one A: Al^T; not in sfac_kernel, whose <64, 3> form then spilled) */
+                float xp[tl::NE];
+                zerob<DK, DK>(xp);
+                mmb2<DK, DK, C, true, false, true, false>(Al, nullptr, ld, K, Ys, ld, xp, x);
                 float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
 #pragma unroll
                 for (int i = 0; i < tl::NE; i++)
+                        pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - xp[i];
+            } else {
+                if (v0 == 0) {
+                    mmb<DK, DK, C, true, false>(Al, ld, K, ld, x);
+                    float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
+#pragma unroll
+                    for (int i = 0; i < tl::NE; i++)
                         pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - x[i];
+                    zerob<DK, DK>(x);
+                }
+                mmb<DK, DK, C, true, false>(Al, ld, Ys, ld, x);
             }
-            zerob<DK, DK>(x);
-            mmb<DK, DK, C, true, false>(Al, ld, Ys, ld, x);
             float *qg = P.Qm + ((size_t)bh * P.nch + j) * DK * dv + v0;
 #pragma unroll
             for (int i = 0; i < tl::NE; i++)
@@ -690,7 +725,8 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
                 for (int i = 0; i < R; i++)
 #pragma unroll
                     for (int jj = 0; jj < R; jj++) m[i][jj] = m0_entry(P, bh, r0 + i, c0 + jj);
-                constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread */
+                constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread (64 were
+                                                 * no faster for the 31 parts of (1,4,32) T = 2048, session 10) */
                 for (int q0 = 0; q0 < nq; q0 += U) {
                     float x[U][R][R];
 #pragma unroll
@@ -737,8 +773,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         float x[tl::NE], y[tl::NE];
         zerob<C, DK>(x);
         zerob<C, DK>(y);
-        mmb<C, DK, DK, false, false, true>(U, ld, A0, ld, x);
-        mmb<C, DK, DK, false, false, true>(K, ld, A0, ld, y);
+        mmb2<C, DK, DK, false, false, false, true, true>(U, K, ld, A0, nullptr, ld, x, y); /* one B: A0 */
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) {
                 UA[tl::row(i) * ld + tl::col(i)] = x[i];
@@ -802,7 +837,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     __syncthreads();
     if (first) PROF(8);
     /* 9. a_t = normalize(row t); A at the chunk end for A_out (last chunk): A0 - Z^T Z */
-    norm_rows<DK>(Al, ld, (float)a.eps, 1.0f, nullptr, 0);
+    norm_rows<DK>(Al, ld, (float)a.eps, 1.0f);
     if (j + 1 < j1 || (j == P.nch - 1 && a.A_out)) { /* A at the chunk end: the next chunk's A0 */
         typedef blk<DK, DK> tl;
         float x[tl::NE];
@@ -858,12 +893,10 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, VLA_CP_TC ? MI
     /* K: k^ = normalize(phi(k)) */
     load_rows<DK>(a.k, a, b, h, ts, c, a.elu1 != 0, K, ld);
     __syncthreads();
-    norm_rows<DK>(K, ld, (float)a.eps, 1.0f, nullptr, 0);
-    __syncthreads();
-    /* the write directions: beta_t k^_t */
-    stage<C, DK>(Al, ld, [&](int t, int i) {
+    /* and the write directions beta_t k^_t as k^ is written */
+    norm_rows<DK>(K, ld, (float)a.eps, 1.0f, [&](int t, int i, float y) {
         const bool bt = a.beta && t < c;
-        return (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * K[t * ld + i];
+        Al[t * ld + i] = (bt ? a.beta[((size_t)b * a.T + ts + t) * a.H + h] : 1.0f) * y;
     });
     __syncthreads();
     s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, Vs, Vs, scr, false);
@@ -1548,7 +1581,12 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     if (kt.on && cudaMalloc((void **)&kt.prof, 32 * sizeof(long long)) == cudaSuccess) {
         cudaMemset(kt.prof, 0, 32 * sizeof(long long));
         Pp.prof = kt.prof;
-        Pp.prof_block = P.nseg > 1 ? 1 : 0;
+        /* head 0's second segment; VLA_CP_PROF_LAST=1: its last (the longest Gram prefix) */
+        static const bool last = [] {
+            const char *e = getenv("VLA_CP_PROF_LAST");
+            return e && e[0] == '1';
+        }();
+        Pp.prof_block = P.nseg > 1 ? (last ? P.nseg - 1 : 1) : 0;
     }
     const cp_params &PP = Pp;
     typedef void (*kfn)(const cp_params);

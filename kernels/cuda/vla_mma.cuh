@@ -237,12 +237,61 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
     }
 }
 
+/* Two products at once: acc1 += op(A1) op(B1), acc2 += op(A2) op(B2), where SAME_A (A2 is A1) or
+ * SAME_B (B2 is B1) loads and splits the shared operand's fragments once. Each product's sums are
+ * mmt's, in mmt's order (the same bits); the two products' tensor-core chains interleave, where a
+ * tile's steps alone are a dependent chain (about 24 cycles a step against 6 when independent,
+ * benchmarks/mma_chain_bench.cu). */
+template <int M, int N, int K, bool TA, bool TB, bool FOUR, bool SAME_A, bool SAME_B>
+__device__ __forceinline__ void mmt2(const float *A1, const float *A2, int lda, const float *B1, const float *B2, int ldb,
+                                     float (&acc1)[ttile<M, N>::NE], float (&acc2)[ttile<M, N>::NE]) {
+    typedef ttile<M, N> bl;
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+    static_assert(!(SAME_A && SAME_B), "two different products");
+    const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        unsigned ab[2][bl::MT][4], as[2][bl::MT][4];
+#pragma unroll
+        for (int o = 0; o < (SAME_A ? 1 : 2); o++) {
+            const float *A = o == 0 ? A1 : A2;
+#pragma unroll
+            for (int mi = 0; mi < bl::MT; mi++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k0 + t + (q >> 1) * 4;
+                    split_tf32(TA ? A[p * lda + r] : A[r * lda + p], ab[o][mi][q], as[o][mi][q]);
+                }
+        }
+#pragma unroll
+        for (int ni = 0; ni < bl::NTL; ni++) {
+            unsigned bb[2][2], bs[2][2];
+#pragma unroll
+            for (int o = 0; o < (SAME_B ? 1 : 2); o++) {
+                const float *B = o == 0 ? B1 : B2;
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int c = bl::ncol(ni) + g, p = k0 + t + q * 4;
+                    split_tf32(TB ? B[c * ldb + p] : B[p * ldb + c], bb[o][q], bs[o][q]);
+                }
+            }
+            constexpr int a2 = SAME_A ? 0 : 1, b2 = SAME_B ? 0 : 1;
+#pragma unroll
+            for (int mi = 0; mi < bl::MT; mi++) {
+                mma_split<FOUR>(acc1 + (mi * bl::NTL + ni) * 4, ab[0][mi], as[0][mi], bb[0], bs[0]);
+                mma_split<FOUR>(acc2 + (mi * bl::NTL + ni) * 4, ab[a2][mi], as[a2][mi], bb[b2], bs[b2]);
+            }
+        }
+    }
+}
+
 /* d += A[16 x kn] op(B)[kn x 8] for one 16 x 8 tile (A[r * lda + p]; B[p * ldb + c], or B[c * ldb + p]
  * when TB), kn a multiple of 8, accumulated as mmb does; called by a whole warp. d[q] is row
  * g + 8 (q / 2), column 2 t + q % 2. */
 template <bool TB = false, bool FOUR = false>
 __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
     const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
+#pragma unroll 2 /* two 8-deep steps in one block: their tensor-core chains overlap (kn is often not a constant) */
     for (int k0 = 0; k0 < kn; k0 += 8) {
         unsigned ab[4], as[4], bb[2], bs[2];
 #pragma unroll
@@ -287,6 +336,21 @@ __device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int
 #endif
     typedef tiling<M, N> tl;
     mm<M, N, K, TA, TB>(A, lda, B, ldb, *reinterpret_cast<float(*)[tl::RM][tl::RN]>(&acc[0]));
+}
+
+/* mmt2 where the device has tensor cores and M x N tiles 8 warps, else the two products one after
+ * the other (the FMA form). SAME_A / SAME_B as mmt2: A2 (or B2) is then ignored. */
+template <int M, int N, int K, bool TA, bool TB, bool SAME_A, bool SAME_B, bool FOUR = false>
+__device__ __forceinline__ void mmb2(const float *A1, const float *A2, int lda, const float *B1, const float *B2, int ldb,
+                                     float (&acc1)[blk<M, N>::NE], float (&acc2)[blk<M, N>::NE]) {
+#if VLA_CP_TC
+    if constexpr (tc_fits(M, N)) {
+        mmt2<M, N, K, TA, TB, FOUR, SAME_A, SAME_B>(A1, A2, lda, B1, B2, ldb, acc1, acc2);
+        return;
+    }
+#endif
+    mmb<M, N, K, TA, TB, FOUR>(A1, lda, B1, ldb, acc1);
+    mmb<M, N, K, TA, TB, FOUR>(SAME_A ? A1 : A2, lda, SAME_B ? B1 : B2, ldb, acc2);
 }
 
 template <int M, int N> __device__ __forceinline__ void zerob(float (&acc)[blk<M, N>::NE]) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Session 10: whether two builds give the same bits. Runs vla-run (CUDA, chunked) from the builds
+# build-ab-$1 and build-ab-$2 (h200_ab.sh's build folders; vla-run is built in them here) on the
+# same random inputs (numpy, fixed seeds) and compares the outputs and final states byte for byte
+# (cmp). For changes that should only reorder independent work (session 10: norm_rows' rows at
+# once, apart_kernel's first chunk before its wait), "same" is the check.
+# Usage on the device, after h200_ab.sh: bash benchmarks/h200_bitwise.sh old new
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+A=${1:-old} B=${2:-new}
+W=/tmp/bitwise && rm -rf "$W" && mkdir -p "$W"
+for x in "$A" "$B"; do
+  cmake --build "build-ab-$x" -j"$(nproc)" --target vla-run > "$W/build-$x.log" 2>&1 || { tail -20 "$W/build-$x.log"; exit 1; }
+done
+run() { find "$ROOT/build-ab-$1/" -name vla-run -type f | head -1; }
+python3 - "$W" <<'EOF' || { echo "bitwise: numpy is missing"; exit 1; }
+import sys, numpy as np
+w = sys.argv[1]
+for (B, H, d, T, seed) in [(1, 4, 32, 2048, 1), (1, 4, 32, 8192, 2), (8, 16, 64, 2048, 3), (2, 4, 40, 1000, 4)]:
+    r = np.random.default_rng(seed)
+    for n in "qkvu":
+        np.save(f"{w}/{n}-{B}-{H}-{d}-{T}.npy", r.standard_normal((B, T, H, d)).astype(np.float32))
+    np.save(f"{w}/beta-{B}-{H}-{d}-{T}.npy", r.uniform(0.1, 1.0, (B, T, H)).astype(np.float32))
+EOF
+same=0 diff=0
+for s in 1-4-32-2048 1-4-32-8192 8-16-64-2048 2-4-40-1000; do
+  for m in "vla" "vla-u" "delta"; do
+    args=(--backend "${BITWISE_BACKEND:-cuda}" --algo chunked --q "$W/q-$s.npy" --k "$W/k-$s.npy" --v "$W/v-$s.npy")
+    case $m in
+      vla) args+=(--mechanism vla --a-state-out A.npy) ;;
+      vla-u) args+=(--mechanism vla --u "$W/u-$s.npy" --a-state-out A.npy) ;;
+      delta) args+=(--mechanism delta --beta "$W/beta-$s.npy") ;;
+    esac
+    for x in "$A" "$B"; do
+      mkdir -p "$W/$x" && (cd "$W/$x" && "$(run "$x")" "${args[@]}" --o o.npy --state-out S.npy > run.log 2>&1) ||
+        { echo "$x $s $m: vla-run failed: $(tail -1 "$W/$x/run.log")"; continue 2; }
+      for f in o S A; do [ -f "$W/$x/$f.npy" ] && mv "$W/$x/$f.npy" "$W/$x/$s-$m-$f.npy"; done
+    done
+    for f in o S A; do
+      [ -f "$W/$A/$s-$m-$f.npy" ] || continue
+      if cmp -s "$W/$A/$s-$m-$f.npy" "$W/$B/$s-$m-$f.npy"; then same=$((same + 1)); r=same
+      else diff=$((diff + 1)); r="DIFFERENT ($(python3 -c "import numpy as np; a=np.load('$W/$A/$s-$m-$f.npy'); b=np.load('$W/$B/$s-$m-$f.npy'); print('max |a-b| / max |a| = %.3g' % (abs(a.astype('f8')-b).max() / abs(a).max()))"))"; fi
+      echo "bitwise $A vs $B: $s $m $f: $r"
+    done
+  done
+done
+echo "bitwise $A vs $B: $same same, $diff different"
