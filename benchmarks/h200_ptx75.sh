@@ -3,8 +3,9 @@
 # PTX only, so the driver JIT-compiles the sm_75 forms: FMA products, no griddepcontrol), for the
 # working tree and for each "name:dir" of $PTX_TREES (ignored folders, carried), then runs test_cuda
 # and vla-check --backend cuda on each. This runs the sm_75 device code on real hardware (not its
-# speed: a T4 is not an H200), and the host's launch choices for a binary whose kernels are older
-# than the device (chunkpar_code_cc).
+# speed: a T4 is not an H200), with the host's sm_90 launch choices: programmatic dependent launch
+# there is plain stream order, since a kernel that never executes griddepcontrol.launch_dependents
+# lets its successor start only when it completes.
 # Usage on the device (carry [".debs", ".ab"]): OUT=... bash benchmarks/h200_ptx75.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1786,36 +1786,6 @@ void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *b
     *wnseg = (nch + L - 1) / L;
 }
 
-/* The compute capability the chunk-parallel kernels run as on this device: the device's, capped by
- * their PTX version. A binary built without this device's architecture runs a JIT-compiled older
- * form (e.g. compute_75 on an H200), whose pdl_enter() is empty (griddepcontrol is sm_90 code) and
- * whose products are the FMA form; the host's choices that need sm_80+ or sm_90 code (programmatic
- * dependent launch, which without the kernels' griddepcontrol.wait would let a kernel read its
- * predecessor's results early; walk_quad_kernel) key on this, as the softmax does (vla_softmax.cu). */
-static std::atomic<int> cp_code_cc[64]; /* per device: 0 unknown, else the capability */
-int chunkpar_code_cc(const vlacu_device &dev) {
-#ifdef VLA_CUDA_EMU
-    return dev.cc_major;
-#else
-    int d = 0;
-    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= 64) {
-        (void)cudaGetLastError();
-        return dev.cc_major < 8 ? dev.cc_major : 7; /* unknown: nothing that needs sm_80+ code */
-    }
-    int v = cp_code_cc[d].load(std::memory_order_relaxed);
-    if (v == 0) {
-        cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, (const void *)cp::gram_kernel<32>) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return dev.cc_major < 8 ? dev.cc_major : 7;
-        }
-        v = fa.ptxVersion / 10 < dev.cc_major ? fa.ptxVersion / 10 : dev.cc_major;
-        cp_code_cc[d].store(v, std::memory_order_relaxed);
-    }
-    return v;
-#endif
-}
-
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev) {
     /* Value columns a block of the S walk: 32 when that still gives every multiprocessor a block
      * (fewer shared loads per FMA), else 16 when that gives two, else 8: the walk is the

@@ -97,8 +97,8 @@ struct cp_params {
     int sfac_minb;      /* sfac_kernel blocks a multiprocessor: 2, or 3 (dk = 64) / 4 (dk = 32) (chunkpar_sfac_minb) */
     int fold;           /* VLA: apart_kernel sums the Gram parts itself (no cp_prefix; set by launch_chunkpar) */
     int sms;            /* the device's multiprocessors (walk_rows_kernel's prefetch depth) */
-    int cc;             /* the compute capability the kernels run as, major (chunkpar_code_cc; walk_quad_kernel:
-                         * 8 and up; programmatic dependent launch: 9 and up) */
+    int cc;             /* the device's compute capability, major (walk_quad_kernel: 8 and up; programmatic
+                         * dependent launch: 9 and up) */
     float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
     float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
@@ -115,7 +115,6 @@ int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_apart_minb(const vlacu_args &a, const vlacu_device &dev, int nseg);
 int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_gram_parts(int seg);
-int chunkpar_code_cc(const vlacu_device &dev); /* cp_params.cc: the device's capability, capped by the kernels' PTX version */
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st, const vlacu_aux *aux);
 
 /* ---- sequential (vla_seq.cu) ---- */

@@ -318,7 +318,7 @@ extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void 
         cpp.apart_minb = chunkpar_apart_minb(*a, *dev, (int)L.nseg);
         cpp.sfac_minb = chunkpar_sfac_minb(*a, *dev, (int)L.nchunks);
         cpp.sms = dev->sm_count > 0 ? dev->sm_count : 1;
-        cpp.cc = chunkpar_code_cc(*dev);
+        cpp.cc = dev->cc_major;
         if (L.wnseg > 1) cpp.Seg = (float *)(W + L.cpSeg), cpp.Sst = (float *)(W + L.cpSst);
         if (a->A_in) { /* A_in^{-1} for the Gram prefix; heads where it fails go to the engine */
             aux_params ap;
