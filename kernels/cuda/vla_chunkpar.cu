@@ -642,23 +642,23 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
         /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
         {
             typedef blk<DK, DK> tl;
+            auto put_p = [&](const float (&w)[tl::NE]) { /* P = I - Al^T W from its product */
+                float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
+#pragma unroll
+                for (int i = 0; i < tl::NE; i++)
+                    pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - w[i];
+            };
             float x[tl::NE];
             zerob<DK, DK>(x);
             if (v0 == 0 && !INPLACE) { /* P and Q at once (one A: Al^T; not in sfac_kernel, whose <64, 3> form then spilled) */
                 float xp[tl::NE];
                 zerob<DK, DK>(xp);
                 mmb2<DK, DK, C, true, false, true, false>(Al, nullptr, ld, K, Ys, ld, xp, x);
-                float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
-#pragma unroll
-                for (int i = 0; i < tl::NE; i++)
-                        pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - xp[i];
-            } else {
+                put_p(xp);
+            } else { /* one accumulator live at a time */
                 if (v0 == 0) {
                     mmb<DK, DK, C, true, false>(Al, ld, K, ld, x);
-                    float *pg = P.Pm + ((size_t)bh * P.nch + j) * DK * DK;
-#pragma unroll
-                    for (int i = 0; i < tl::NE; i++)
-                        pg[tl::row(i) * DK + tl::col(i)] = (tl::row(i) == tl::col(i) ? 1.0f : 0.0f) - x[i];
+                    put_p(x);
                     zerob<DK, DK>(x);
                 }
                 mmb<DK, DK, C, true, false>(Al, ld, Ys, ld, x);
