@@ -5,7 +5,8 @@
  * the steps unrolled. Unrolled, NW = 8 took half the cycles (47k against 89k at N = 64, 12k
  * against 17k at N = 32); in apart_kernel it made the VLA forward 1.5% faster at (1,4,32)
  * T = 2048 and 1% slower at T = 8192 and 32768 (benchmarks/results/2026-11-30-h200-session8),
- * so the kernel keeps gj_inverse.
+ * so the kernel keeps gj_inverse. Session 11 adds blocked_inverse (2 x 2 blocks down to 16 x 16 ones
+ * that a warp inverts by shuffles; vla_inverse.cuh).
  *
  * Inputs are what apart_kernel inverts: M = lambda0 I + U^T U, U = 64 g rows of unit vectors
  * (g = 1 + block % 31, lambda0 = 0.1), one matrix a block, 1 or 3 blocks a multiprocessor.
@@ -96,10 +97,11 @@ __device__ __forceinline__ void gj_rows(S src, double *buf, F out) {
         }                                                                                                              \
     } while (0)
 
-/* form: 0 gj_inverse; else gj_rows<N, NW, UNROLL> */
+/* form: 0 gj_inverse; 1 gj_rows<N, NW, UNROLL>; 2 blocked_inverse (session 11) */
 template <int N, int FORM, int NW, bool UNROLL>
 __global__ void __launch_bounds__(NT) inv_kernel(const double *M, double *out, long long *cyc) {
     __shared__ double buf[4 * N];
+    __shared__ double bmd[FORM == 2 ? N * (N + 1) : 1], bx[FORM == 2 ? N / 2 * (N / 2 + 1) + 16 * 17 : 1];
     const double *src = M + (size_t)blockIdx.x * N * N;
     double *dst = out + (size_t)blockIdx.x * N * N;
     auto put = [&](int i, int j, double x) { dst[i * N + j] = x; };
@@ -113,6 +115,15 @@ __global__ void __launch_bounds__(NT) inv_kernel(const double *M, double *out, l
 #pragma unroll
                 for (int j = 0; j < R; j++) m[i][j] = src[(r0 + i) * N + c0 + j];
         }, buf, put);
+    } else if (FORM == 2) { /* as apart_kernel: the thread's R x R block staged, then the inverse */
+        constexpr int R = N / 16;
+        const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int j = 0; j < R; j++) bmd[(r0 + i) * (N + 1) + c0 + j] = src[(r0 + i) * N + c0 + j];
+        __syncthreads();
+        blocked_inverse<N>(bmd, bx, put);
     } else if ((int)threadIdx.x < NW * 32) {
         constexpr int RW = N / 32, CW = N / NW;
         gj_rows<N, NW, UNROLL>([&](int r0, int c0, double (&m)[RW][CW]) {
@@ -215,6 +226,7 @@ template <int N> struct Run {
 template <int N> static void all_forms(int blocks) {
     Run<N> r(blocks);
     r.template form<0, 8, false>("gj_inverse (256 threads)");
+    r.template form<2, 8, false>("blocked_inverse");
     r.template form<1, 8, false>("gj_rows NW=8");
     r.template form<1, 4, false>("gj_rows NW=4");
     r.template form<1, 2, false>("gj_rows NW=2");

@@ -4,13 +4,13 @@
 # an ignored folder, carried), then times bench_cuda_targets --only vla-chunked,delta at
 # $AB_SHAPES under each configuration of $AB_CONFIGS ("build" or "build:VAR=value", the variable
 # set for that run), twice in turn (drift shows as a difference between the rounds), runs
-# test_cuda on "new" (and under VLA_CP_VARIANT=0) and prints per-kernel profiles
+# test_cuda on "new" and prints per-kernel profiles
 # (VLA_CUDA_KERNEL_TIMES=1) at $AB_PROFILE. Every log goes into $OUT/ab.tar.gz (the device tool
 # brings back 8 files at most); the medians are printed.
 # Usage on the device (carry [".debs", ".ab"]): OUT=... bash benchmarks/h200_ab.sh
 # Session 6 added: AB_BUILDS ("name:CUDA flags ...": more builds of the working tree, e.g.
-# "newf3:-DVLA_TF32_FAST3"), AB_TESTS (test_cuda configurations, default "new
-# new:VLA_CP_VARIANT=0"), AB_PROFILE_CONFIGS (default "old new"; the profile now includes delta),
+# "newf3:-DVLA_TF32_FAST3"), AB_TESTS (test_cuda configurations, default "new"; it was "new
+# new:VLA_CP_VARIANT=0" until session 11 removed that switch), AB_PROFILE_CONFIGS (default "old new"; the profile now includes delta),
 # AB_TREES ("name:dir": more source trees, e.g. "mid:.ab/mid").
 # Session 9 added: AB_GATE (microseconds; every configuration is timed a second time with
 # bench_cuda_targets --gate, which needs that option in the old tree's benchmark too).
@@ -38,7 +38,7 @@ log "built"
 bench() { find "$ROOT/build-ab-$1" -name bench_cuda_targets -type f | head -1; }
 shapes=(); for s in ${AB_SHAPES:-1,4,32,2048 1,4,32,8192 8,16,64,2048}; do shapes+=(--shape "$s"); done
 "$(bench new)" --only delta --shape 1,4,32,2048 > "$W/limits.md" 2>&1; log "limits: $(grep -h 'copy' "$W/limits.md" | head -1)"
-CONFIGS=${AB_CONFIGS:-"old new new:VLA_CP_VARIANT=0"}
+CONFIGS=${AB_CONFIGS:-"old new"}
 for round in 1 2; do
   for c in $CONFIGS; do
     b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
@@ -49,7 +49,7 @@ for round in 1 2; do
     done
   done
 done
-for c in ${AB_TESTS:-new new:VLA_CP_VARIANT=0}; do
+for c in ${AB_TESTS:-new}; do
   b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
   env "${envs[@]}" CK_FORK=no timeout 150 "$ROOT/build-ab-$b/tests/test_cuda" > "$W/test_cuda-${c//[:=]/_}.log" 2>&1
   log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-${c//[:=]/_}.log")"

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Session 11 removed the VLA_CP_VARIANT switch with the blocked Cholesky pass: every variant now
+# runs the same code. Kept as the record of what session 5 ran.)
 # Session 5 on the H200: the chunk-parallel form's development variants (VLA_CP_VARIANT bits,
 # kernels/cuda/vla_kernels.cuh: 1 = the Cholesky's trailing updates on tensor cores, 2 = the Z
 # solve's off-diagonal blocks on tensor cores) held against each other in one device call, on an

@@ -6,7 +6,7 @@
  * and chunks longer than 64). Here the carry is taken apart:
  *   - A: with R = 0, A at the start of chunk j is exactly (A_0^{-1} + sum_{j' < j} U_j'^T U_j')^{-1}
  *     (VLA-MATH 1 and 2.4), so every chunk's A part (the Woodbury step that yields its a_t) runs at
- *     once, after a prefix sum of Grams (double) and one inversion (Gauss-Jordan, double) per
+ *     once, after a prefix sum of Grams (double) and one inversion (blocked_inverse, double) per
  *     segment of chunks; a segment's block carries A over its chunks (A_end = A0 - Z^T Z).
  *   - S: given a_t, the S recurrence is the generalised delta rule. Its per-chunk factors
  *     W = (I + strict(K Al^T))^{-1} K and Y = (I + strict(K Al^T))^{-1} V come out of the same
@@ -33,10 +33,11 @@
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
  * chunk has zero rows past its end (exact: a zero u leaves A alone, a zero key writes nothing).
  * Block products (vla_mma.cuh): 3xTF32 on tensor cores on sm_80+, float32 FMA on sm_75. The
- * Cholesky's panels and the Z solve's diagonal blocks are float32 on CUDA cores everywhere (the A
- * part cancels: A = A0 - Z^T Z); on sm_80+ their trailing and off-diagonal updates are 3xTF32
- * tiles (CPV_* in vla_kernels.cuh). The Gram prefix and the inversion are double, as the
- * two-level form's (float32 prefix sums drift over long T). */
+ * Cholesky's panels are float32 on CUDA cores everywhere (the A part cancels: A = A0 - Z^T Z); on
+ * sm_80+ the Cholesky and the Z solve are one left-looking pass by blocks of 16 rows
+ * (chol_z_blocked) whose small products are 4xTF32 tiles, on sm_75 a blocked Cholesky and a
+ * substitution a thread a column. The Gram prefix and the inversion are double, as the two-level
+ * form's (float32 prefix sums drift over long T). */
 #include "vla_kernels.cuh"
 #include "vla_inverse.cuh"
 #include "vla_mma.cuh"
@@ -48,6 +49,17 @@
 namespace vlacu {
 namespace cp {
 
+/* Development: clock64() into pf[n] by thread 0 when pf is set (pf: P.prof in the block and chunk that
+ * VLA_CUDA_KERNEL_TIMES profiles, else null; PROF below does the same from P). */
+#ifdef VLA_CUDA_EMU
+#define STAMP(pf, n) ((void)0)
+#else
+#define STAMP(pf, n)                                                                                                   \
+    do {                                                                                                               \
+        if ((pf) && threadIdx.x == 0) (pf)[n] = clock64();                                                             \
+    } while (0)
+#endif
+
 constexpr int C = 64;   /* rows of a chunk block */
 constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most (8: no faster, session 6 run6) */
 
@@ -56,15 +68,15 @@ constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most (8: no faster
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #endif
 
+#if !VLA_CP_TC
 /* Cholesky of the symmetric C x C matrix G (ld ldg; the lower triangle is read) in place: on
- * return the lower triangle holds L (G = L L^T). Blocked by panels of 16
- * columns, two barriers a panel: warp 0 factors the panel (lane l keeps rows k0 + l and
- * k0 + l + 32 of it in registers; pivots and L entries travel by shuffles), then every thread
- * takes the panel's rank-16 update off the trailing lower triangle (FMA; or, tc_update on sm_80+,
- * tensor-core tiles: 16 shared loads an entry became 2 fragment loads). Above the diagonal only the
- * panels' own entries are zeroed: its readers (the Z solve) read the lower triangle alone, and
- * zeroing the rest took a pass and a barrier. Ends with a barrier. */
-__device__ void cholesky64(float *G, int ldg, bool tc_update) {
+ * return the lower triangle holds L (G = L L^T); the FMA form's (sm_75) phase 5 (tensor-core
+ * devices run chol_z_blocked instead). Blocked by panels of 16 columns, two barriers a panel:
+ * warp 0 factors the panel (lane l keeps rows k0 + l and k0 + l + 32 of it in registers; pivots
+ * and L entries travel by shuffles), then every thread takes the panel's rank-16 update off the
+ * trailing lower triangle. Above the diagonal only the panels' own entries are zeroed: its reader
+ * (the Z solve) reads the lower triangle alone. Ends with a barrier. */
+__device__ void cholesky64(float *G, int ldg) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int k0 = 0; k0 < C; k0 += 16) {
         if (warp == 0) {
@@ -102,26 +114,6 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
         __syncthreads();
         const int m0 = k0 + 16, m = C - m0;
         if (m == 0) break; /* the last panel: nothing trails it */
-#if VLA_CP_TC
-        if (tc_update) { /* the trailing lower triangle by 16 x 8 tiles (3xTF32), tile (ri, ci) for ci <= 2 ri + 1 */
-            const int nrt = m / 16, ntile = nrt * (nrt + 1); /* sum over ri of 2 ri + 2 */
-            const int g = lane >> 2, t = lane & 3;
-            for (int w = warp; w < ntile; w += NT / 32) {
-                int ri = 0;
-                while ((ri + 1) * (ri + 2) <= w) ri++; /* tiles of row blocks < ri: ri (ri + 1) */
-                const int ci = w - ri * (ri + 1), r0 = m0 + 16 * ri, c0 = m0 + 8 * ci;
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                warp_mma<true, true>(G + r0 * ldg + k0, ldg, G + c0 * ldg + k0, ldg, 16, d);
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int i = r0 + g + (q >> 1) * 8, j = c0 + 2 * t + (q & 1);
-                    if (j <= i) G[i * ldg + j] -= d[q];
-                }
-            }
-            __syncthreads();
-            continue;
-        }
-#endif
         for (int e = threadIdx.x; e < m * m; e += NT) {
             const int i = m0 + e / m, j = m0 + e % m;
             if (j <= i) {
@@ -134,6 +126,7 @@ __device__ void cholesky64(float *G, int ldg, bool tc_update) {
         __syncthreads();
     }
 }
+#endif
 
 /* x <- L^{-1} x for one column x of C entries in shared memory (x[t * ldx]); L lower (ld ldl),
  * unit diagonal if UNIT, else rdiag[t] = 1 / L[t][t]. Blocks of 16 rows in registers: the rows
@@ -162,39 +155,88 @@ template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const fl
     }
 }
 
+
 #if VLA_CP_TC
-/* X <- L^{-1} X for the C x DK matrix X (ld ldx) in shared memory, L lower (ld ldl), rdiag[t] =
- * 1 / L[t][t]: fwd_subst's blocks of 16 rows, with the update from the rows above as tensor-core
- * tiles (warp w < DK / 8: columns 8w ..) and only the 16 x 16 diagonal solve left to one thread a
- * column. (The same sums as fwd_subst, where an explicit L^{-1} times X doubled the A part's error.)
- * Ends with a barrier. */
-template <int DK> __device__ void lower_solve_blocked(const float *L, int ldl, const float *rdiag, float *X, int ldx) {
+/* The Cholesky of G = I + UA U^T and the solve Z = L^{-1} UA as one left-looking pass by blocks of
+ * 16 rows (b = 0..3), without G's off-diagonal blocks or L ever formed. From Z U^T = L^T - L^{-1}
+ * (L^{-1} G = L^T), L's entries left of the diagonal block are L_ts = u_t . z_s (s < t), so:
+ *   P_b = U_b Z_{<b}^T                  (= L_{b,<b}; 2b tiles, depth DK)
+ *   R_b = UA_b - P_b Z_{<b}              (in place of UA_b; depth 16 b)
+ *   S_b = I + UA_b U_b^T - P_b P_b^T     (the Schur complement G_bb - L_{b,<b} L_{b,<b}^T)
+ *   the panel [S_b; R_b^T] (16 + DK rows, 16 columns) is factored as cholesky64 factors its
+ *   panels: the rows below S_b come out as R_b^T L_bb^{-T} = Z_b^T, written back over UA_b. Warp
+ *   w < DK / 16 takes S_b and 16 of R_b's columns (each warp the same steps on S_b, so the same
+ *   bits): one row a lane, where one warp for all rows spilled registers.
+ * Three barriers a block where cholesky64 + lower_solve_blocked took about 16, and no 64 x 64 G
+ * (apart_kernel's phases 4-6: 2.6k + 10.2k + 4.3k cycles at (1,4,32) T = 2048, session 10). U is
+ * read throughout. G (ld ldc) is scratch: column 0..15 of row 16 b + i hold S_b, columns 16..63 of
+ * rows 0..15 hold P_b. Ends with a barrier. */
+template <int DK> __device__ void chol_z_blocked(const float *U, float *UA, float *G, int ld, int ldc, long long *pf) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    static_assert(DK / 8 <= NT / 32, "a warp a column tile");
+    float *Pb = G + 16; /* P_b[i][p] = Pb[i * ldc + p], p < 16 b */
+    { /* the diagonal blocks I + UA_b U_b^T: warp w takes block w / 2, columns 8 (w % 2) .. */
+        const int b = warp >> 1, h = warp & 1;
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        warp_mma<true, true>(UA + 16 * b * ld, ld, U + (16 * b + 8 * h) * ld, ld, DK, d);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int i = g + (q >> 1) * 8, j = 8 * h + 2 * t + (q & 1);
+            G[(16 * b + i) * ldc + j] = d[q] + (i == j ? 1.0f : 0.0f);
+        }
+    }
+    __syncthreads();
+    STAMP(pf, 32); /* development (VLA_CUDA_KERNEL_TIMES): 33 + 3 b, 34 + 3 b, 35 + 3 b after P_b, R_b and S_b, the panel */
 #pragma unroll 1
-    for (int b0 = 0; b0 < C; b0 += 16) {
-        if (b0 > 0 && warp < DK / 8) {
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            warp_mma<false, true>(L + b0 * ldl, ldl, X + 8 * warp, ldx, b0, d);
+    for (int b = 0; b < C / 16; b++) {
+        const int r0 = 16 * b;
+        if (b > 0) {
+            if (warp < 2 * b) { /* P_b, column tile warp */
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                warp_mma<true, true>(U + r0 * ld, ld, UA + 8 * warp * ld, ld, DK, d);
 #pragma unroll
-            for (int q = 0; q < 4; q++) X[(b0 + g + (q >> 1) * 8) * ldx + 8 * warp + 2 * t + (q & 1)] -= d[q];
-        }
-        __syncthreads();
-        if (threadIdx.x < DK) {
-            float *x = X + threadIdx.x;
-            float y[16];
-#pragma unroll
-            for (int i = 0; i < 16; i++) y[i] = x[(b0 + i) * ldx];
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-#pragma unroll
-                for (int r = 0; r < i; r++) y[i] = fmaf(-L[(b0 + i) * ldl + b0 + r], y[r], y[i]);
-                y[i] *= rdiag[b0 + i];
+                for (int q = 0; q < 4; q++) Pb[(g + (q >> 1) * 8) * ldc + 8 * warp + 2 * t + (q & 1)] = d[q];
             }
+            __syncthreads();
+            STAMP(pf, 33 + 3 * b);
+            for (int w = warp; w < DK / 8 + 2; w += NT / 32) { /* R_b's DK / 8 column tiles, then S_b's two */
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (w < DK / 8) {
+                    warp_mma<false, true>(Pb, ldc, UA + 8 * w, ld, r0, d);
 #pragma unroll
-            for (int i = 0; i < 16; i++) x[(b0 + i) * ldx] = y[i];
+                    for (int q = 0; q < 4; q++) UA[(r0 + g + (q >> 1) * 8) * ld + 8 * w + 2 * t + (q & 1)] -= d[q];
+                } else {
+                    const int h = w - DK / 8;
+                    warp_mma<true, true>(Pb, ldc, Pb + 8 * h * ldc, ldc, r0, d);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) G[(r0 + g + (q >> 1) * 8) * ldc + 8 * h + 2 * t + (q & 1)] -= d[q];
+                }
+            }
+            __syncthreads();
+            STAMP(pf, 34 + 3 * b);
+        }
+        if (warp < DK / 16) { /* the panel: in warp w, lane l < 16 keeps S_b's row l, lane 16 + i R_b's column 16 w + i */
+            const int c = 16 * warp + lane - 16;
+            float x[16];
+#pragma unroll
+            for (int p = 0; p < 16; p++) x[p] = lane < 16 ? G[(r0 + lane) * ldc + p] : UA[(r0 + p) * ld + c];
+            float piv = __shfl_sync(0xffffffffu, x[0], 0);
+#pragma unroll
+            for (int jj = 0; jj < 16; jj++) { /* cholesky64's column step (see there); every warp the same S_b steps */
+                const float rd = rsqrtf(piv), d = piv * rd;
+                x[jj] = lane > jj ? x[jj] * rd : (lane == jj ? d : x[jj]);
+                if (jj < 15) piv = __shfl_sync(0xffffffffu, fmaf(-x[jj], x[jj], x[jj + 1]), jj + 1);
+#pragma unroll
+                for (int p = jj + 1; p < 16; p++) {
+                    const float lpj = __shfl_sync(0xffffffffu, x[jj], p);
+                    if (lane > jj) x[p] = fmaf(-x[jj], lpj, x[p]);
+                }
+            }
+            if (lane >= 16)
+#pragma unroll
+                for (int p = 0; p < 16; p++) UA[(r0 + p) * ld + c] = x[p];
         }
         __syncthreads();
+        STAMP(pf, 35 + 3 * b);
     }
 }
 #endif
@@ -701,7 +743,9 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     PROF(0);
     float *U = (float *)smem, *K = U + C * ld, *UA = K + C * ld, *G = UA + C * ld; /* region 1 */
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
-    float *rdiag = Al + C * ld;
+#if !VLA_CP_TC
+    float *rdiag = Al + C * ld; /* the FMA form's Z solve */
+#endif
 
     /* the first chunk's raw k (and u) rows in flight while A0 is formed */
     issue_uk<DK>(a, b, h, j0 * P.C, imin(P.C, a.T - j0 * P.C), U, K, ld);
@@ -715,46 +759,53 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
             A0[i * ld + jj] = x;
         }
     } else {
-        constexpr int R = DK / 16;
-        auto put = [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; };
+        /* M_g (double, ld DK + 1) into shared memory, a 2 x 2 (dk = 32) or 4 x 4 block a thread, then its
+         * inverse (blocked_inverse; M_g in G's place, dk = 32, or UA's and G's, with its scratch X in Al's) */
+        constexpr int R = DK / 16, ldm = DK + 1;
+        double *Md = DK == 32 ? (double *)G : (double *)UA, *X = DK == 32 ? Md + DK * ldm : (double *)Al;
+        const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
+        double m[R][R];
         if (fold_here<DK>() && P.fold) { /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch) */
-            gj_inverse<DK>([&](int r0, int c0, double (&m)[R][R]) {
-                const int nq = g * P.gparts;
-                const float *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
 #pragma unroll
-                for (int i = 0; i < R; i++)
+            for (int i = 0; i < R; i++)
 #pragma unroll
-                    for (int jj = 0; jj < R; jj++) m[i][jj] = m0_entry(P, bh, r0 + i, c0 + jj);
-                constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread (64 were
-                                                 * no faster for the 31 parts of (1,4,32) T = 2048, session 10) */
-                for (int q0 = 0; q0 < nq; q0 += U) {
-                    float x[U][R][R];
+                for (int jj = 0; jj < R; jj++) m[i][jj] = m0_entry(P, bh, r0 + i, c0 + jj);
+            const int nq = g * P.gparts;
+            const float *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
+            constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread (64 were
+                                             * no faster for the 31 parts of (1,4,32) T = 2048, session 10) */
+            for (int q0 = 0; q0 < nq; q0 += U) {
+                float x[U][R][R];
 #pragma unroll
-                    for (int u = 0; u < U; u++)
+                for (int u = 0; u < U; u++)
 #pragma unroll
-                        for (int i = 0; i < R; i++)
+                    for (int i = 0; i < R; i++)
 #pragma unroll
-                            for (int jj = 0; jj < R; jj++)
-                                x[u][i][jj] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK + (r0 + i) * DK + c0 + jj] : 0.0f;
+                        for (int jj = 0; jj < R; jj++)
+                            x[u][i][jj] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK + (r0 + i) * DK + c0 + jj] : 0.0f;
 #pragma unroll
-                    for (int u = 0; u < U; u++) /* in part order, as cp_prefix with one run */
+                for (int u = 0; u < U; u++) /* in part order, as cp_prefix with one run */
 #pragma unroll
-                        for (int i = 0; i < R; i++)
+                    for (int i = 0; i < R; i++)
 #pragma unroll
-                            for (int jj = 0; jj < R; jj++) m[i][jj] += x[u][i][jj];
-                }
-            }, (double *)G, put);
+                        for (int jj = 0; jj < R; jj++) m[i][jj] += x[u][i][jj];
+            }
         } else {
             const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
-            gj_inverse<DK>([&](int r0, int c0, double (&m)[R][R]) {
 #pragma unroll
-                for (int i = 0; i < R; i++)
+            for (int i = 0; i < R; i++)
 #pragma unroll
-                    for (int jj = 0; jj < R; jj++) m[i][jj] = src[(r0 + i) * DK + c0 + jj];
-            }, (double *)G, put);
+                for (int jj = 0; jj < R; jj++) m[i][jj] = src[(r0 + i) * DK + c0 + jj];
         }
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int jj = 0; jj < R; jj++) Md[(r0 + i) * ldm + c0 + jj] = m[i][jj];
+        __syncthreads();
+        blocked_inverse<DK>(Md, X, [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; },
+                            P.prof && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
     }
-    __syncthreads(); /* the inversion's buffers are G's place: done before G is formed */
+    __syncthreads(); /* the inversion's buffers are G's (and UA's, Al's) place: done before they are formed */
     PROF(1);
 
     for (int j = j0; j < j1; j++, first = false) {
@@ -782,6 +833,15 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     }
     __syncthreads();
     if (first) PROF(3);
+#if VLA_CP_TC /* 4-6. Z = L^{-1} UA, G = I + UA U^T = L L^T, by blocks of 16 rows */
+    chol_z_blocked<DK>(U, UA, G, ld, ldc, P.prof && first && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
+    async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
+    if (first) {
+        PROF(4);
+        PROF(5);
+        PROF(6);
+    }
+#else /* the FMA form: G, its Cholesky, then Z by one thread a column */
     /* 4. G = I + UA U^T (symmetric, both triangles) */
     {
         typedef blk<C, C> tl;
@@ -789,30 +849,21 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
         zerob<C, C>(x);
         mmb<C, C, DK, false, true, true>(UA, ld, U, ld, x);
 #pragma unroll
-        for (int i = 0; i < tl::NE; i++)
-                G[tl::row(i) * ldc + tl::col(i)] = x[i] + (tl::row(i) == tl::col(i) ? 1.0f : 0.0f);
+        for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = x[i] + (tl::row(i) == tl::col(i) ? 1.0f : 0.0f);
     }
     __syncthreads();
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
     if (first) PROF(4);
     /* 5. G = L L^T */
-    cholesky64(G, ldc, (P.variant & CPV_CHOL_TC) != 0);
+    cholesky64(G, ldc);
     for (int t = threadIdx.x; t < C; t += NT) rdiag[t] = 1.0f / G[t * ldc + t];
     __syncthreads();
     if (first) PROF(5);
-    /* 6. Z = L^{-1} UA in place: by blocks of 16 rows, the updates from the rows above as
-     * tensor-core tiles (sm_80+; 6k against 13k cycles a chunk at dk = 64), else one thread a
-     * column. (An explicit inverse of L and a tensor-core product took 7k cycles, but the A part's
-     * cancellation (A = A0 - Z^T Z) doubled its error: 7.2e-5 -> 1.3e-4 at lambda0 = 1e-3.) */
-#if VLA_CP_TC
-    if (P.variant & CPV_Z_BLOCKED) lower_solve_blocked<DK>(G, ldc, rdiag, UA, ld);
-    else
-#endif
-    {
-        for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
-        __syncthreads();
-    }
+    /* 6. Z = L^{-1} UA in place */
+    for (int col = threadIdx.x; col < DK; col += NT) fwd_subst<false>(G, ldc, rdiag, UA + col, ld);
+    __syncthreads();
     if (first) PROF(6);
+#endif
     float *Z = UA;
     /* 7. tril(K Z^T) into G (L is no longer needed) */
     {
@@ -1535,13 +1586,24 @@ struct ktimer {
         if (!on) return;
         cudaEventSynchronize(ev[n - 1]);
         if (prof) {
-            long long h[32];
+            long long h[64];
             cudaMemcpy(h, prof, sizeof h, cudaMemcpyDeviceToHost);
             fprintf(stderr, "apart block cycles:");
             for (int i = 1; i <= 11; i++) fprintf(stderr, " %d:%lld", i, h[i] - h[i - 1]);
             if (h[16] && h[18]) /* phase 11's parts; the inverse on tensor-core devices only */
                 fprintf(stderr, " (11: inverse %lld, V wait %lld, W Y %lld, rest %lld)", h[17] ? h[17] - h[10] : 0LL,
                         h[16] - (h[17] ? h[17] : h[10]), h[18] - h[16], h[11] - h[18]);
+            if (h[53]) /* phase 1's blocked inverse (at N = 32: its stages) */
+                fprintf(stderr, " (1: before the inverse %lld, 16 x 16 inverse %lld, X %lld, S %lld, 16 x 16 inverse %lld,"
+                        " Y %lld, out %lld)", h[48] - h[0], h[49] - h[48], h[50] - h[49], h[51] - h[50], h[52] - h[51],
+                        h[53] - h[52], h[1] - h[53]);
+            if (h[32]) { /* phase 4: chol_z_blocked's stages */
+                fprintf(stderr, " (4: diagonal blocks %lld, panel 0 %lld", h[32] - h[3], h[35] - h[32]);
+                for (int b = 1; b < 4; b++)
+                    fprintf(stderr, ", P_%d %lld R/S %lld panel %lld", b, h[33 + 3 * b] - h[32 + 3 * b], h[34 + 3 * b] - h[33 + 3 * b],
+                            h[35 + 3 * b] - h[34 + 3 * b]);
+                fprintf(stderr, ")");
+            }
             fprintf(stderr, "\nwalk cycles: all steps %lld, step 1 %lld\n", h[13] - h[12], h[15] - h[14]);
             cudaFree(prof);
         }
@@ -1563,11 +1625,6 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     ktimer kt;
     kt.start(st);
     cp_params Pp = P;
-    static const int variant = [] { /* read once a process */
-        const char *e = getenv("VLA_CP_VARIANT");
-        return e && *e ? atoi(e) : (int)CPV_DEFAULT;
-    }();
-    Pp.variant = variant;
     const bool vla = P.a.mech == VLACU_VLA;
     /* The Gram prefix summed in apart_kernel (no cp_prefix launch) when the last segment's block
      * has at most fold_max parts to add (dk = 32: 16 loads a thread a round trip, two round trips;
@@ -1578,8 +1635,8 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     }();
     const int fold_max = !fold_here<DK>() ? 0 : fold_env >= 0 ? fold_env : 32;
     Pp.fold = vla && P.nseg > 1 && (P.nseg - 1) * P.gparts <= fold_max ? 1 : 0;
-    if (kt.on && cudaMalloc((void **)&kt.prof, 32 * sizeof(long long)) == cudaSuccess) {
-        cudaMemset(kt.prof, 0, 32 * sizeof(long long));
+    if (kt.on && cudaMalloc((void **)&kt.prof, 64 * sizeof(long long)) == cudaSuccess) {
+        cudaMemset(kt.prof, 0, 64 * sizeof(long long));
         Pp.prof = kt.prof;
         /* head 0's second segment; VLA_CP_PROF_LAST=1: its last (the longest Gram prefix) */
         static const bool last = [] {

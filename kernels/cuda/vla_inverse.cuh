@@ -61,6 +61,158 @@ template <int N, typename S, typename F> __device__ __forceinline__ void gj_inve
         for (int j = 0; j < R; j++) out(r0 + i, c0 + j, m[i][j]);
 }
 
+/* ---- The blocked form (session 11): the same inverse by 2 x 2 blocks of N / 2, recursively down
+ * to 16 x 16 blocks that one warp inverts in registers. gj_inverse's N steps each wait on a barrier,
+ * a shared-memory round trip and a double division (about 640 cycles a step at N = 32, 20k a block,
+ * benchmarks/results/2026-11-30-h200-session10/run2-ab-gj-pairs); here the 16 x 16 inversions
+ * step by shuffles, and the rest is four small products per level, a barrier each:
+ *   X = M11^{-1} M12,  S = M22 - M12^T X,  Y = X S^{-1};
+ *   M^{-1} = [M11^{-1} + Y X^T, -Y; -Y^T, S^{-1}]
+ * (block Gaussian elimination without pivoting: exact for symmetric positive definite M, whose
+ * Schur complement S is again positive definite). Rounding differs from gj_inverse's in the last
+ * bits of the double result. ---- */
+
+#ifdef VLA_CUDA_EMU
+static inline double vla_drcp(double x) { return 1.0 / x; }
+#else
+__device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /* = 1.0 / x, without the division's slow path */
+#endif
+
+/* In place: the 16 x 16 block at B (ld) <- its inverse, by the calling warp alone. Lane l keeps row
+ * l & 15, columns 8 (l >> 4) .. + 7, in registers; at step k the pivot row's and column's entries
+ * arrive by shuffles (all read before any lane updates), so no step waits on a barrier. */
+__device__ __noinline__ void inv16_warp(double *B, int ld) { /* one copy however often called */
+    const int lane = (int)threadIdx.x & 31, r = lane & 15, hc = lane >> 4;
+    double m[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) m[j] = B[r * ld + 8 * hc + j];
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const int kh = k >> 3, kj = k & 7;
+        /* the pivot first: its reciprocal's chain (MUFU.RCP64H and five DFMA) then runs while the
+         * other shuffles issue, where last it stood alone between them and the updates */
+        const double rp = vla_drcp(__shfl_sync(0xffffffffu, m[kj], k + 16 * kh)); /* 1 / M[k][k] */
+        const double pcol = __shfl_sync(0xffffffffu, m[kj], r + 16 * kh);          /* M[r][k] */
+        double prow[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) prow[j] = __shfl_sync(0xffffffffu, m[j], k + 16 * hc); /* M[k][8 hc + j] */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const bool jk = hc == kh && j == kj;
+            if (r == k) m[j] = jk ? rp : prow[j] * rp;
+            else m[j] = jk ? -pcol * rp : fma(-pcol, prow[j] * rp, m[j]);
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 8; j++) B[r * ld + 8 * hc + j] = m[j];
+    __syncwarp();
+}
+
+/* out[i][j] (H x H, ld ldo) = SIGN sum_p opA(i, p) opB(p, j) (+ out[i][j] when ACC), SIGN +1 or -1;
+ * opA(i, p) = TA ? A[p * lda + i] : A[i * lda + p], opB(p, j) = TB ? B[j * ldb + p] : B[p * ldb + j].
+ * H x H / NT entries a thread, two partial sums each. No barrier. */
+template <int H, bool TA, bool TB, bool ACC, int SIGN>
+__device__ __forceinline__ void dprod(double *out, int ldo, const double *A, int lda, const double *B, int ldb) {
+    for (int e = (int)threadIdx.x; e < H * H; e += NT) {
+        const int i = e / H, j = e - i * H;
+        double s0 = 0.0, s1 = 0.0;
+#pragma unroll
+        for (int p = 0; p < H; p += 2) {
+            s0 = fma(TA ? A[p * lda + i] : A[i * lda + p], TB ? B[j * ldb + p] : B[p * ldb + j], s0);
+            s1 = fma(TA ? A[(p + 1) * lda + i] : A[i * lda + p + 1], TB ? B[j * ldb + p + 1] : B[(p + 1) * ldb + j], s1);
+        }
+        const double s = SIGN > 0 ? s0 + s1 : -(s0 + s1);
+        out[i * ldo + j] = ACC ? out[i * ldo + j] + s : s;
+    }
+}
+
+template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X);
+
+/* Development: clock64() into pf[n] by thread 0 when pf is set (VLA_CUDA_KERNEL_TIMES). */
+__device__ __forceinline__ void inv_stamp(long long *pf, int n) {
+#ifndef VLA_CUDA_EMU
+    if (pf && threadIdx.x == 0) pf[n] = clock64();
+#endif
+}
+
+/* The blocked elimination of M (N x N in shared memory, ld) up to its last step: M11 <- M11^{-1},
+ * M21 <- -Y^T, M22 <- S^{-1}, X (H x (H + 1)) = M11^{-1} M12; M12 is left as it was. Nested levels
+ * use X + H (H + 1) as their scratch. Ends with a barrier. */
+template <int N> __device__ __forceinline__ void spd_inv_core(double *M, int ld, double *X, long long *pf = nullptr) {
+    constexpr int H = N / 2, ldx = H + 1;
+    double *M11 = M, *M12 = M + H, *M21 = M + H * ld, *M22 = M21 + H;
+    inv_stamp(pf, 48);
+    spd_inv_inplace<H>(M11, ld, X + H * ldx);
+    inv_stamp(pf, 49);
+    dprod<H, false, false, false, 1>(X, ldx, M11, ld, M12, ld); /* X = M11^{-1} M12 */
+    __syncthreads();
+    inv_stamp(pf, 50);
+    dprod<H, true, false, true, -1>(M22, ld, M12, ld, X, ldx); /* S = M22 - M12^T X */
+    __syncthreads();
+    inv_stamp(pf, 51);
+    spd_inv_inplace<H>(M22, ld, X + H * ldx);
+    inv_stamp(pf, 52);
+    /* M21 = -Y^T = -S^{-1} X^T (S^{-1} symmetric): M21[a][b] = -sum_p S^{-1}[a][p] X[b][p] */
+    dprod<H, false, true, false, -1>(M21, ld, M22, ld, X, ldx);
+    __syncthreads();
+    inv_stamp(pf, 53);
+}
+
+/* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
+template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
+    if constexpr (N == 16) {
+        if (threadIdx.x < 32) inv16_warp(M, ld);
+        __syncthreads();
+    } else {
+        constexpr int H = N / 2, ldx = H + 1;
+        spd_inv_core<N>(M, ld, X);
+        double *M11 = M, *M12 = M + H, *M21 = M + H * ld;
+        /* M11 <- M11^{-1} + Y X^T = M11^{-1} - sum_p M21[p][i] X[j][p]; M12 <- -Y = M21^T */
+        for (int e = (int)threadIdx.x; e < H * H; e += NT) {
+            const int i = e / H, j = e - i * H;
+            double s0 = M11[i * ld + j], s1 = 0.0;
+#pragma unroll
+            for (int p = 0; p < H; p += 2) {
+                s0 = fma(-M21[p * ld + i], X[j * ldx + p], s0);
+                s1 = fma(-M21[(p + 1) * ld + i], X[j * ldx + p + 1], s1);
+            }
+            M11[i * ld + j] = s0 + s1;
+            M12[i * ld + j] = M21[j * ld + i];
+        }
+        __syncthreads();
+    }
+}
+
+/* M^{-1} for the symmetric positive definite N x N matrix in Md (doubles, ld N + 1, in shared memory,
+ * staged by the caller before a barrier): X (H (H + 1) doubles, + 16 x 17 at N = 64; H = N / 2) is
+ * scratch; then out(i, j, entry) for N x N / NT entries a thread (Md and X are read until the end).
+ * No barrier at the end. (The staging is the caller's so that the kernel holds one copy of this code
+ * whatever M's source: two copies, with inv16_warp inlined, made apart_kernel 2.5 times longer.) */
+template <int N, typename F>
+__device__ __forceinline__ void blocked_inverse(double *Md, double *X, F out, long long *pf = nullptr) {
+    constexpr int H = N / 2, ld = N + 1, ldx = H + 1;
+    static_assert(N == 32 || N == 64, "N = 32 or 64");
+    spd_inv_core<N>(Md, ld, X, pf); /* pf: development stamps 48-53 (VLA_CUDA_KERNEL_TIMES) */
+    const double *M11 = Md, *M21 = Md + H * ld, *M22 = M21 + H;
+    for (int e = (int)threadIdx.x; e < H * H; e += NT) { /* the top-left block, as spd_inv_inplace */
+        const int i = e / H, j = e - i * H;
+        double s0 = M11[i * ld + j], s1 = 0.0;
+#pragma unroll
+        for (int p = 0; p < H; p += 2) {
+            s0 = fma(-M21[p * ld + i], X[j * ldx + p], s0);
+            s1 = fma(-M21[(p + 1) * ld + i], X[j * ldx + p + 1], s1);
+        }
+        out(i, j, s0 + s1);
+    }
+    for (int e = (int)threadIdx.x; e < H * H; e += NT) {
+        const int i = e / H, j = e - i * H;
+        out(i, H + j, M21[j * ld + i]);
+        out(H + i, j, M21[i * ld + j]);
+        out(H + i, H + j, M22[i * ld + j]);
+    }
+}
+
 } // namespace cp
 } // namespace vlacu
 

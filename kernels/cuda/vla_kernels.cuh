@@ -92,7 +92,6 @@ struct cp_params {
     float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
     float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
     int wlen, wnseg;    /* the walk's segments: wlen chunks each, wnseg of them (1: no split) */
-    int variant;        /* CPV_* bits (sm_80+ forms of the A part), set by launch_chunkpar */
     int apart_minb;     /* apart_kernel blocks a multiprocessor: 2 or 3 (chunkpar_apart_minb) */
     int sfac_minb;      /* sfac_kernel blocks a multiprocessor: 2, or 3 (dk = 64) / 4 (dk = 32) (chunkpar_sfac_minb) */
     int fold;           /* VLA: apart_kernel sums the Gram parts itself (no cp_prefix; set by launch_chunkpar) */
@@ -104,9 +103,6 @@ struct cp_params {
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
     int prof_block;
 };
-/* cp_params.variant: the Cholesky's trailing updates and the Z solve's off-diagonal blocks on
- * tensor cores (sm_80+). Both by default; VLA_CP_VARIANT=<bits> (development) picks. */
-enum { CPV_CHOL_TC = 1, CPV_Z_BLOCKED = 2, CPV_DEFAULT = CPV_CHOL_TC | CPV_Z_BLOCKED };
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);
 int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */
 int chunkpar_bv(const vlacu_args &a, const vlacu_device &dev);
