@@ -101,7 +101,7 @@ __device__ __forceinline__ void gj_rows(S src, double *buf, F out) {
 template <int N, int FORM, int NW, bool UNROLL>
 __global__ void __launch_bounds__(NT) inv_kernel(const double *M, double *out, long long *cyc) {
     __shared__ double buf[4 * N];
-    __shared__ double bmd[FORM == 2 ? N * (N + 1) : 1], bx[FORM == 2 ? N / 2 * (N / 2 + 1) + 16 * 17 : 1];
+    __shared__ double bmd[FORM == 2 ? N * (N + 1) : 1], bx[FORM == 2 ? N / 2 * (N / 2 + 1) + 16 * 17 + 32 : 1];
     const double *src = M + (size_t)blockIdx.x * N * N;
     double *dst = out + (size_t)blockIdx.x * N * N;
     auto put = [&](int i, int j, double x) { dst[i * N + j] = x; };

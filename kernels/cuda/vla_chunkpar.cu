@@ -225,6 +225,8 @@ template <int DK> __device__ void chol_z_blocked(const float *U, float *UA, floa
                 const float rd = rsqrtf(piv), d = piv * rd;
                 x[jj] = lane > jj ? x[jj] * rd : (lane == jj ? d : x[jj]);
                 if (jj < 15) piv = __shfl_sync(0xffffffffu, fmaf(-x[jj], x[jj], x[jj + 1]), jj + 1);
+                /* (L's column jj through shared memory, four 16-byte broadcast loads, in place of these
+                 * 15 - jj shuffles: 2.19k against 1.69k cycles a panel, session 11 run 4) */
 #pragma unroll
                 for (int p = jj + 1; p < 16; p++) {
                     const float lpj = __shfl_sync(0xffffffffu, x[jj], p);

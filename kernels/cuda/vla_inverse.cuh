@@ -79,9 +79,16 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #endif
 
 /* In place: the 16 x 16 block at B (ld) <- its inverse, by the calling warp alone. Lane l keeps row
- * l & 15, columns 8 (l >> 4) .. + 7, in registers; at step k the pivot row's and column's entries
- * arrive by shuffles (all read before any lane updates), so no step waits on a barrier. */
-__device__ __noinline__ void inv16_warp(double *B, int ld) { /* one copy however often called */
+ * l & 15, columns 8 (l >> 4) .. + 7, in registers. At step k the two lanes holding row k publish it
+ * to buf (double[2][16], by k's parity, as gj_inverse), and after a __syncwarp every lane reads its
+ * eight pivot-row entries (four 16-byte loads), the pivot, and its pivot-column entry: no barrier.
+ * The column comes from the row because in-place Gauss-Jordan on a symmetric matrix keeps entries
+ * (i, j) symmetric while i and j are both pivoted or both not, and antisymmetric otherwise: so
+ * M[r][k] = M[k][r] for r > k and -M[k][r] for r < k. (The first form, ten double shuffles a step,
+ * took 5.4-6.3k cycles a call on the H200, this one 5.1-5.5k: session 11 run 4. What is left is
+ * mostly each step's chain of dependent double operations, the reciprocal's six among them.)
+ * VLA_INV16_SHFL (development, A/B) keeps the shuffle form. */
+__device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one copy however often called */
     const int lane = (int)threadIdx.x & 31, r = lane & 15, hc = lane >> 4;
     double m[8];
 #pragma unroll
@@ -89,13 +96,25 @@ __device__ __noinline__ void inv16_warp(double *B, int ld) { /* one copy however
 #pragma unroll
     for (int k = 0; k < 16; k++) {
         const int kh = k >> 3, kj = k & 7;
-        /* the pivot first: its reciprocal's chain (MUFU.RCP64H and five DFMA) then runs while the
-         * other shuffles issue, where last it stood alone between them and the updates */
+#ifdef VLA_INV16_SHFL
+        (void)buf;
         const double rp = vla_drcp(__shfl_sync(0xffffffffu, m[kj], k + 16 * kh)); /* 1 / M[k][k] */
         const double pcol = __shfl_sync(0xffffffffu, m[kj], r + 16 * kh);          /* M[r][k] */
         double prow[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) prow[j] = __shfl_sync(0xffffffffu, m[j], k + 16 * hc); /* M[k][8 hc + j] */
+#else
+        double *row = buf + (k & 1) * 16;
+        if (r == k)
+#pragma unroll
+            for (int j = 0; j < 8; j++) row[8 * hc + j] = m[j];
+        __syncwarp();
+        const double rp = vla_drcp(row[k]);
+        const double pcol = r > k ? row[r] : -row[r]; /* M[r][k] (unused where r == k) */
+        double prow[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) prow[j] = row[8 * hc + j];
+#endif
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const bool jk = hc == kh && j == kj;
@@ -138,7 +157,7 @@ __device__ __forceinline__ void inv_stamp(long long *pf, int n) {
 
 /* The blocked elimination of M (N x N in shared memory, ld) up to its last step: M11 <- M11^{-1},
  * M21 <- -Y^T, M22 <- S^{-1}, X (H x (H + 1)) = M11^{-1} M12; M12 is left as it was. Nested levels
- * use X + H (H + 1) as their scratch. Ends with a barrier. */
+ * use X + H (H + 1) as their scratch (inv16_warp's 32 doubles at the end). Ends with a barrier. */
 template <int N> __device__ __forceinline__ void spd_inv_core(double *M, int ld, double *X, long long *pf = nullptr) {
     constexpr int H = N / 2, ldx = H + 1;
     double *M11 = M, *M12 = M + H, *M21 = M + H * ld, *M22 = M21 + H;
@@ -162,7 +181,7 @@ template <int N> __device__ __forceinline__ void spd_inv_core(double *M, int ld,
 /* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
 template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
     if constexpr (N == 16) {
-        if (threadIdx.x < 32) inv16_warp(M, ld);
+        if (threadIdx.x < 32) inv16_warp(M, ld, X); /* X: 32 doubles here */
         __syncthreads();
     } else {
         constexpr int H = N / 2, ldx = H + 1;
@@ -185,7 +204,7 @@ template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
 }
 
 /* M^{-1} for the symmetric positive definite N x N matrix in Md (doubles, ld N + 1, in shared memory,
- * staged by the caller before a barrier): X (H (H + 1) doubles, + 16 x 17 at N = 64; H = N / 2) is
+ * staged by the caller before a barrier): X (H (H + 1) doubles, + 16 x 17 at N = 64, + 32; H = N / 2) is
  * scratch; then out(i, j, entry) for N x N / NT entries a thread (Md and X are read until the end).
  * No barrier at the end. (The staging is the caller's so that the kernel holds one copy of this code
  * whatever M's source: two copies, with inv16_warp inlined, made apart_kernel 2.5 times longer.) */
