@@ -167,8 +167,8 @@ template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const fl
  *   panels: the rows below S_b come out as R_b^T L_bb^{-T} = Z_b^T, written back over UA_b. Warp
  *   w < DK / 16 takes S_b and 16 of R_b's columns (each warp the same steps on S_b, so the same
  *   bits): one row a lane, where one warp for all rows spilled registers.
- * Three barriers a block where cholesky64 + lower_solve_blocked took about 16, and no 64 x 64 G
- * (apart_kernel's phases 4-6: 2.6k + 10.2k + 4.3k cycles at (1,4,32) T = 2048, session 10). U is
+ * Three barriers a block where session 10's blocked Cholesky and Z solve took about 16, and no
+ * 64 x 64 G (apart_kernel's phases 4-6: 2.6k + 10.2k + 4.3k cycles at (1,4,32) T = 2048, session 10). U is
  * read throughout. G (ld ldc) is scratch: column 0..15 of row 16 b + i hold S_b, columns 16..63 of
  * rows 0..15 hold P_b. Ends with a barrier. */
 template <int DK> __device__ void chol_z_blocked(const float *U, float *UA, float *G, int ld, int ldc, long long *pf) {

@@ -178,25 +178,32 @@ template <int N> __device__ __forceinline__ void spd_inv_core(double *M, int ld,
     inv_stamp(pf, 53);
 }
 
+/* Entry (i, j) of the top-left block of M^{-1} after spd_inv_core: M11^{-1} + Y X^T, i.e.
+ * M11[i][j] - sum_p M21[p][i] X[j][p] (M21 = -Y^T), two partial sums. */
+template <int H> __device__ __forceinline__ double inv_top_left(const double *M, int ld, const double *X, int i, int j) {
+    constexpr int ldx = H + 1;
+    const double *M21 = M + H * ld;
+    double s0 = M[i * ld + j], s1 = 0.0;
+#pragma unroll
+    for (int p = 0; p < H; p += 2) {
+        s0 = fma(-M21[p * ld + i], X[j * ldx + p], s0);
+        s1 = fma(-M21[(p + 1) * ld + i], X[j * ldx + p + 1], s1);
+    }
+    return s0 + s1;
+}
+
 /* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
 template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
     if constexpr (N == 16) {
         if (threadIdx.x < 32) inv16_warp(M, ld, X); /* X: 32 doubles here */
         __syncthreads();
     } else {
-        constexpr int H = N / 2, ldx = H + 1;
+        constexpr int H = N / 2;
         spd_inv_core<N>(M, ld, X);
-        double *M11 = M, *M12 = M + H, *M21 = M + H * ld;
-        /* M11 <- M11^{-1} + Y X^T = M11^{-1} - sum_p M21[p][i] X[j][p]; M12 <- -Y = M21^T */
-        for (int e = (int)threadIdx.x; e < H * H; e += NT) {
+        double *M12 = M + H, *M21 = M + H * ld;
+        for (int e = (int)threadIdx.x; e < H * H; e += NT) { /* M11 <- M11^{-1} + Y X^T; M12 <- -Y = M21^T */
             const int i = e / H, j = e - i * H;
-            double s0 = M11[i * ld + j], s1 = 0.0;
-#pragma unroll
-            for (int p = 0; p < H; p += 2) {
-                s0 = fma(-M21[p * ld + i], X[j * ldx + p], s0);
-                s1 = fma(-M21[(p + 1) * ld + i], X[j * ldx + p + 1], s1);
-            }
-            M11[i * ld + j] = s0 + s1;
+            M[i * ld + j] = inv_top_left<H>(M, ld, X, i, j); /* reads row i's M11 entry j only */
             M12[i * ld + j] = M21[j * ld + i];
         }
         __syncthreads();
@@ -210,20 +217,11 @@ template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
  * whatever M's source: two copies, with inv16_warp inlined, made apart_kernel 2.5 times longer.) */
 template <int N, typename F>
 __device__ __forceinline__ void blocked_inverse(double *Md, double *X, F out, long long *pf = nullptr) {
-    constexpr int H = N / 2, ld = N + 1, ldx = H + 1;
+    constexpr int H = N / 2, ld = N + 1;
     static_assert(N == 32 || N == 64, "N = 32 or 64");
     spd_inv_core<N>(Md, ld, X, pf); /* pf: development stamps 48-53 (VLA_CUDA_KERNEL_TIMES) */
-    const double *M11 = Md, *M21 = Md + H * ld, *M22 = M21 + H;
-    for (int e = (int)threadIdx.x; e < H * H; e += NT) { /* the top-left block, as spd_inv_inplace */
-        const int i = e / H, j = e - i * H;
-        double s0 = M11[i * ld + j], s1 = 0.0;
-#pragma unroll
-        for (int p = 0; p < H; p += 2) {
-            s0 = fma(-M21[p * ld + i], X[j * ldx + p], s0);
-            s1 = fma(-M21[(p + 1) * ld + i], X[j * ldx + p + 1], s1);
-        }
-        out(i, j, s0 + s1);
-    }
+    const double *M21 = Md + H * ld, *M22 = M21 + H;
+    for (int e = (int)threadIdx.x; e < H * H; e += NT) out(e / H, e % H, inv_top_left<H>(Md, ld, X, e / H, e % H));
     for (int e = (int)threadIdx.x; e < H * H; e += NT) {
         const int i = e / H, j = e - i * H;
         out(i, H + j, M21[j * ld + i]);
