@@ -65,7 +65,8 @@ template <int N, typename S, typename F> __device__ __forceinline__ void gj_inve
  * to 16 x 16 blocks that one warp inverts in registers. gj_inverse's N steps each wait on a barrier,
  * a shared-memory round trip and a double division (about 640 cycles a step at N = 32, 20k a block,
  * benchmarks/results/2026-11-30-h200-session10/run2-ab-gj-pairs); here the 16 x 16 inversions
- * step by shuffles, and the rest is four small products per level, a barrier each:
+ * step within one warp (no block barrier), and the rest is four small products per level, a
+ * barrier each:
  *   X = M11^{-1} M12,  S = M22 - M12^T X,  Y = X S^{-1};
  *   M^{-1} = [M11^{-1} + Y X^T, -Y; -Y^T, S^{-1}]
  * (block Gaussian elimination without pivoting: exact for symmetric positive definite M, whose
@@ -75,7 +76,7 @@ template <int N, typename S, typename F> __device__ __forceinline__ void gj_inve
 #ifdef VLA_CUDA_EMU
 static inline double vla_drcp(double x) { return 1.0 / x; }
 #else
-__device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /* = 1.0 / x, without the division's slow path */
+__device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /* = 1.0 / x, correctly rounded, no division */
 #endif
 
 /* In place: the 16 x 16 block at B (ld) <- its inverse, by the calling warp alone. Lane l keeps row
@@ -86,8 +87,7 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
  * (i, j) symmetric while i and j are both pivoted or both not, and antisymmetric otherwise: so
  * M[r][k] = M[k][r] for r > k and -M[k][r] for r < k. (The first form, ten double shuffles a step,
  * took 5.4-6.3k cycles a call on the H200, this one 5.1-5.5k: session 11 run 4. What is left is
- * mostly each step's chain of dependent double operations, the reciprocal's six among them.)
- * VLA_INV16_SHFL (development, A/B) keeps the shuffle form. */
+ * mostly each step's chain of dependent double operations, the reciprocal's six among them.) */
 __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one copy however often called */
     const int lane = (int)threadIdx.x & 31, r = lane & 15, hc = lane >> 4;
     double m[8];
@@ -96,14 +96,6 @@ __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one
 #pragma unroll
     for (int k = 0; k < 16; k++) {
         const int kh = k >> 3, kj = k & 7;
-#ifdef VLA_INV16_SHFL
-        (void)buf;
-        const double rp = vla_drcp(__shfl_sync(0xffffffffu, m[kj], k + 16 * kh)); /* 1 / M[k][k] */
-        const double pcol = __shfl_sync(0xffffffffu, m[kj], r + 16 * kh);          /* M[r][k] */
-        double prow[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) prow[j] = __shfl_sync(0xffffffffu, m[j], k + 16 * hc); /* M[k][8 hc + j] */
-#else
         double *row = buf + (k & 1) * 16;
         if (r == k)
 #pragma unroll
@@ -114,7 +106,6 @@ __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one
         double prow[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) prow[j] = row[8 * hc + j];
-#endif
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const bool jk = hc == kh && j == kj;
