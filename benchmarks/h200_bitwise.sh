@@ -5,12 +5,15 @@
 # (cmp). For changes that should only reorder independent work (session 10: norm_rows' rows at
 # once, apart_kernel's first chunk before its wait), "same" is the check.
 # Usage on the device, after h200_ab.sh: bash benchmarks/h200_bitwise.sh old new
+# Session 12: BITWISE_ENV_A / BITWISE_ENV_B ("VAR=value ...") set for the first / second side's runs
+# only, so that one build can be compared with itself under a development switch
+# (BITWISE_ENV_A="VLA_CP_OUTFOLD=0" bash benchmarks/h200_bitwise.sh new new).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 A=${1:-old} B=${2:-new}
 W=/tmp/bitwise && rm -rf "$W" && mkdir -p "$W"
-for x in "$A" "$B"; do
+for x in $(printf "%s\n" "$A" "$B" | sort -u); do
   cmake --build "build-ab-$x" -j"$(nproc)" --target vla-run > "$W/build-$x.log" 2>&1 || { tail -20 "$W/build-$x.log"; exit 1; }
 done
 run() { find "$ROOT/build-ab-$1/" -name vla-run -type f | head -1; }
@@ -32,15 +35,16 @@ for s in 1-4-32-2048 1-4-32-8192 8-16-64-2048 2-4-40-1000; do
       vla-u) args+=(--mechanism vla --u "$W/u-$s.npy" --a-state-out A.npy) ;;
       delta) args+=(--mechanism delta --beta "$W/beta-$s.npy") ;;
     esac
-    for x in "$A" "$B"; do
-      mkdir -p "$W/$x" && (cd "$W/$x" && "$(run "$x")" "${args[@]}" --o o.npy --state-out S.npy > run.log 2>&1) ||
-        { echo "$x $s $m: vla-run failed: $(tail -1 "$W/$x/run.log")"; continue 2; }
-      for f in o S A; do [ -f "$W/$x/$f.npy" ] && mv "$W/$x/$f.npy" "$W/$x/$s-$m-$f.npy"; done
+    for side in a b; do # side a: build $A with BITWISE_ENV_A; side b: $B with BITWISE_ENV_B
+      if [ $side = a ]; then x=$A envs=(${BITWISE_ENV_A:-}); else x=$B envs=(${BITWISE_ENV_B:-}); fi
+      mkdir -p "$W/$side" && (cd "$W/$side" && env "${envs[@]}" "$(run "$x")" "${args[@]}" --o o.npy --state-out S.npy > run.log 2>&1) ||
+        { echo "$side ($x) $s $m: vla-run failed: $(tail -1 "$W/$side/run.log")"; continue 2; }
+      for f in o S A; do [ -f "$W/$side/$f.npy" ] && mv "$W/$side/$f.npy" "$W/$side/$s-$m-$f.npy"; done
     done
     for f in o S A; do
-      [ -f "$W/$A/$s-$m-$f.npy" ] || continue
-      if cmp -s "$W/$A/$s-$m-$f.npy" "$W/$B/$s-$m-$f.npy"; then same=$((same + 1)); r=same
-      else diff=$((diff + 1)); r="DIFFERENT ($(python3 -c "import numpy as np; a=np.load('$W/$A/$s-$m-$f.npy'); b=np.load('$W/$B/$s-$m-$f.npy'); print('max |a-b| / max |a| = %.3g' % (abs(a.astype('f8')-b).max() / abs(a).max()))"))"; fi
+      [ -f "$W/a/$s-$m-$f.npy" ] || continue
+      if cmp -s "$W/a/$s-$m-$f.npy" "$W/b/$s-$m-$f.npy"; then same=$((same + 1)); r=same
+      else diff=$((diff + 1)); r="DIFFERENT ($(python3 -c "import numpy as np; a=np.load('$W/a/$s-$m-$f.npy'); b=np.load('$W/b/$s-$m-$f.npy'); print('max |a-b| / max |a| = %.3g' % (abs(a.astype('f8')-b).max() / abs(a).max()))"))"; fi
       echo "bitwise $A vs $B: $s $m $f: $r"
     done
   done

@@ -323,13 +323,23 @@ static vla_status cuda_open(const char *device, vla_backend *b) {
     if (!c) return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "vla_backend_open: out of host memory");
     c->device = idx;
     struct cudaDeviceProp prop;
+    /* Stream priorities: the main stream (the calls' critical path) at the device's highest, the
+     * second one (work beside it: the chunk-parallel output's first half) at its lowest, so that
+     * when both have blocks waiting for a multiprocessor the main stream's go first. Session 12's
+     * timelines showed the segmented walk's last launch waiting up to 40 us behind the second
+     * stream's output blocks ((1,4,32) T = 32768); DeltaNet, which still runs that half beside the
+     * walk there, is 2% faster at T = 8192 and 32768 with the priorities (VLA now folds it into its
+     * A part at those shapes: no change). VLA_CUDA_PRIO=0 (development) leaves both at the default. */
+    int prio_lo = 0, prio_hi = 0;
+    const char *pe = getenv("VLA_CUDA_PRIO");
     if ((e = cudaSetDevice(idx)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, idx)) != cudaSuccess ||
-        (e = cudaStreamCreate(&c->stream)) != cudaSuccess) {
+        (!(pe && pe[0] == '0') && (e = cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi)) != cudaSuccess) ||
+        (e = cudaStreamCreateWithPriority(&c->stream, cudaStreamDefault, prio_hi)) != cudaSuccess) {
         free(c);
         return cuda_fail(b, e, "vla_backend_open");
     }
     /* the second stream and its events: optional (without them the kernels run in one stream) */
-    c->have_aux = cudaStreamCreate(&c->aux) == cudaSuccess;
+    c->have_aux = cudaStreamCreateWithPriority(&c->aux, cudaStreamDefault, prio_lo) == cudaSuccess;
     if (c->have_aux && cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming) != cudaSuccess) {
         (void)cudaStreamDestroy(c->aux);
         c->have_aux = 0;

@@ -22,13 +22,16 @@
  *   cp_prefix  [BH x DK^2 R/256] Md slot g <- A_0^{-1} + the Gram parts of segments < g (= A_g^{-1});
  *                                with few parts (P.fold) cp_apart sums them itself instead
  *   cp_apart   [BH x nseg]       (VLA) A at the segment start = M_g^{-1}, carried over its chunks;
- *                                per chunk a_t -> Al, W, Y, and the map P, Q
+ *                                per chunk a_t -> Al, W, Y, and the map P, Q (FOLD, beside the
+ *                                segmented walk: Q' = Q~ - Pm W and Pm Y instead of Al, W, Y)
  *   cp_sfac    [BH x nch]        (delta) a chunk's Al = beta k^, W, Y, P, Q
  *   cp_walk    [BH x dv/BV]      X_j -> Xst; X_{j+1} = P_j X_j + Q_j; S_out, A_out (with few heads
  *                                and many chunks: three launches over segments, see walk_kernel)
  *   cp_linmap  [BH x nch]        (linear) Q = phi(K)^T V: P = I, W = 0, Y = V, Al = phi(k)
  *   cp_sumwalk [BH x DK dv/256]  (linear) X_j -> Xst; X_{j+1} = X_j + Q_j, a thread per entry
- *   cp_output  [BH x nch]        o
+ *   cp_output  [BH x nch]        o; on small shapes in two halves (output_split_kernel: OUT_PRE
+ *                                beside the walk on a second stream, or folded into cp_apart;
+ *                                OUT_FIN after the walk)
  * DK is dk padded to 32 or 64 with zeros: padded key coordinates stay 0 in every product, and
  * A's padded block is the identity, decoupled (exact). C = 64 rows per chunk block; a shorter
  * chunk has zero rows past its end (exact: a zero u leaves A alone, a zero key writes nothing).
@@ -58,6 +61,39 @@ namespace cp {
     do {                                                                                                               \
         if ((pf) && threadIdx.x == 0) (pf)[n] = clock64();                                                             \
     } while (0)
+#endif
+
+/* Development (a build with -DVLA_CP_TIMELINE, run with VLA_CP_TIMELINE=1): each kernel's span on
+ * the GPU's global timer, in the real launch sequence (programmatic dependent launch and the second
+ * stream as in production; no events between the kernels). Slot k of P.tl: [k] the first block's
+ * entry, [TL_N + k] its griddepcontrol.wait returning, [2 TL_N + k] the last warp's exit (ns).
+ * Compiled out otherwise (the scope is pdl_enter() alone): even two tests of P.tl moved register
+ * counts (walk_kernel<32, 32, W_MAP> 81 to 85, one block a multiprocessor fewer). */
+enum { TL_GRAM, TL_PREFIX, TL_APART, TL_OUTPRE, TL_WALK, TL_WMAP, TL_WSCAN, TL_WLOCAL, TL_OUT, TL_LINMAP, TL_SUMWALK, TL_N };
+#ifndef VLA_CUDA_EMU
+/* the global timer, ns (development stamps) */
+__device__ __forceinline__ unsigned long long gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+#if !defined(VLA_CP_TIMELINE) || defined(VLA_CUDA_EMU) /* (no global timer in the emulator) */
+template <int K> struct tl_scope {
+    __device__ __forceinline__ tl_scope(const cp_params &) { pdl_enter(); }
+};
+#else
+template <int K> struct tl_scope { /* (P.tl read from the parameters at each end: nothing held in registers) */
+    const cp_params &P;
+    __device__ __forceinline__ tl_scope(const cp_params &p) : P(p) {
+        if (P.tl && threadIdx.x == 0) atomicMin(P.tl + K, gtime());
+        pdl_enter();
+        if (P.tl && threadIdx.x == 0) atomicMin(P.tl + TL_N + K, gtime());
+    }
+    __device__ __forceinline__ ~tl_scope() {
+        if (P.tl && (threadIdx.x & 31) == 0) atomicMax(P.tl + 2 * TL_N + K, gtime());
+    }
+};
 #endif
 
 constexpr int C = 64;   /* rows of a chunk block */
@@ -463,10 +499,16 @@ template <int DK> __device__ void finish_uk(const vlacu_args &a, int c, float *U
 /* Development: clock64() at phase boundaries of block P.prof_block's thread 0 (VLA_CUDA_KERNEL_TIMES). */
 #ifdef VLA_CUDA_EMU
 #define PROF(n) ((void)0)
+#define PROF_NS(n) ((void)0)
 #else
 #define PROF(n)                                                                                                        \
     do {                                                                                                               \
         if (P.prof && blockIdx.x == (unsigned)P.prof_block && threadIdx.x == 0) P.prof[n] = clock64();                 \
+    } while (0)
+/* the global timer (ns) beside it, for the clock rate the cycles were counted at */
+#define PROF_NS(n)                                                                                                     \
+    do {                                                                                                               \
+        if (P.prof && blockIdx.x == (unsigned)P.prof_block && threadIdx.x == 0) P.prof[n] = (long long)gtime();       \
     } while (0)
 #endif
 
@@ -487,7 +529,7 @@ __device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh, int 
  * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768); the next
  * chunk's rows are in flight (two buffers) while one is normalised and multiplied. ---- */
 template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<TL_GRAM> tl_(P);
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
     const int per = P.nseg - 1, p = blockIdx.x % P.gparts, g = blockIdx.x / P.gparts % per;
@@ -553,7 +595,7 @@ __device__ __forceinline__ double m0_entry(const cp_params &P, int bh, int i, in
 }
 
 template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<TL_PREFIX> tl_(P);
     __shared__ double tot[NT];
     const int nq = (P.nseg - 1) * P.gparts; /* parts in segment order */
     const int R = prefix_runs(nq), E = NT / R, per = DK * DK / E;
@@ -595,18 +637,19 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
  * read keys, normalised) and Al (the write directions), C x DK in shared memory (ld DK + LD_PAD),
  * with V's first DK columns in flight to Vs (async_rows; the rest are staged here):
  * Lw = strict(K Al^T), [W | Y] = (I + Lw)^{-1} [K | V], the chunk map P = I - Al^T W, Q = Al^T Y.
- * W, Y, P, Q go to global memory, and Al too when store_al. K is overwritten with W; G (C x C + LD_PAD)
+ * P, Q go to global memory, and Al, W, Y too when store_awy (false: the caller forms the output's
+ * first half from them in shared memory, apart_kernel's P.outfold). K is overwritten with W; G (C x C + LD_PAD)
  * and scr (16 x 48 + LD_PAD, tensor-core form) are scratch; Y lands in Ys, DK columns at a time
  * (INPLACE: Ys is Vs, as the FMA form needs). Ends with a barrier. */
 template <int DK, bool INPLACE>
-__device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int ts, int c, const float *vsrc, size_t sv, bool store_al,
+__device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int ts, int c, const float *vsrc, size_t sv, bool store_awy,
                           float *K, float *Al, float *G, float *Vs, float *Ys, float *scr, bool first) {
     static_assert(INPLACE || VLA_CP_TC, "the FMA form solves Y in place");
     const vlacu_args &a = P.a;
     const int dv = a.dv;
     constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
     float *Alg = P.Al + ((size_t)bh * a.T + ts) * DK, *Wg = P.W + ((size_t)bh * a.T + ts) * DK;
-    if (store_al)
+    if (store_awy)
         for (int e = threadIdx.x; e < c * DK; e += NT) {
             const int t = e / DK, i = e - t * DK;
             Alg[e] = Al[t * ld + i];
@@ -674,15 +717,16 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
 #endif
         __syncthreads();
         if (first && v0 == 0) PROF(18);
-        if (v0 == 0)
+        if (v0 == 0 && store_awy)
             for (int e = threadIdx.x; e < c * DK; e += NT) {
                 const int t = e / DK, i = e - t * DK;
                 Wg[e] = K[t * ld + i];
             }
-        for (int e = threadIdx.x; e < c * DK; e += NT) {
-            const int t = e / DK, cc = e - t * DK;
-            if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Ys[t * ld + cc];
-        }
+        if (store_awy)
+            for (int e = threadIdx.x; e < c * DK; e += NT) {
+                const int t = e / DK, cc = e - t * DK;
+                if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Ys[t * ld + cc];
+            }
         /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
         {
             typedef blk<DK, DK> tl;
@@ -716,6 +760,18 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
     }
 }
 
+/* Pm = tril(Q Al^T) (C x C, ld C + LD_PAD) from Q and Al (C x DK, ld DK + LD_PAD): the chunk's
+ * causal scores, the output kernels' first product. No barrier. */
+template <int DK> __device__ __forceinline__ void causal_scores(const float *Q, const float *Al, float *Pm) {
+    typedef blk<C, C> tl;
+    constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
+    float x[tl::NE];
+    zerob<C, C>(x);
+    mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
+#pragma unroll
+    for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
+}
+
 /* ---- cp_apart (VLA): a segment's chunks in turn, each its A part (VLA-MATH 2.3) and S factors ----
  * apart_kernel's register cap: MINB blocks a multiprocessor. At dk = 32 two (128 registers) run a
  * chunk faster, three (80 registers, 61 KiB of shared memory each) more chunks at once: three when
@@ -726,14 +782,19 @@ template <int DK> struct apart_smem {
     static constexpr size_t mats = (size_t)3 * C * ld + (size_t)C * ldc; /* U, K, UA(->Z), G */
     static constexpr size_t region1 = mats * 4 > 4 * DK * 8 ? mats * 4 : 4 * DK * 8; /* or the inversion's buffers */
     static constexpr size_t bytes = region1 + ((size_t)DK * ld + (size_t)C * ld + C) * 4; /* + A0, Al, rdiag */
+    static constexpr size_t qbytes = (size_t)C * ld * 4; /* P.outfold: Q~ after them */
 };
 
 /* The Gram fold (P.fold) is compiled for dk = 32 only: at dk = 64 its 32 doubles a thread made
  * apart_kernel<64, 2> spill 24 bytes, and without it (8,16,64) ran 0.5-1.3% faster (session 6 run6). */
 template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 32; }
 
-template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
-    pdl_enter();
+/* FOLD (dk = 32): the output's first half here too (P.outfold, a kernel of its own: in
+ * the same instance it made apart_kernel<32, 2> 10% longer, and (1,4,32) T = 2048, which does not
+ * use it, about 1% slower in session 12's A/B runs) */
+template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
+    static_assert(!FOLD || DK == 32, "the fold is dk = 32's");
+    tl_scope<TL_APART> tl_(P);
     VLACU_DYNSMEM(smem);
     typedef apart_smem<DK> S;
     const vlacu_args &a = P.a;
@@ -743,11 +804,38 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     constexpr int ld = S::ld, ldc = S::ldc;
     bool first = true;
     PROF(0);
+    PROF_NS(60);
     float *U = (float *)smem, *K = U + C * ld, *UA = K + C * ld, *G = UA + C * ld; /* region 1 */
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
 #if !VLA_CP_TC
     float *rdiag = Al + C * ld; /* the FMA form's Z solve */
 #endif
+    float *Qf = (float *)(smem + S::bytes); /* FOLD: Q~ (launched with S::qbytes more) */
+    /* FOLD, after s_factors: the output's first half (output_split_kernel's OUT_PRE, the same sums):
+     * W is in K, Y (dv <= DK) in Ysm, a_t in Al; Pm = tril(Q~ Al^T) in G (T's place), then
+     * Q' = Q~ - Pm W and Pm Y over W's and Y's rows in global memory */
+    auto fold_out = [&](int ts, int c, const float *Ysm) {
+        if (a.elu1) {
+            load_rows<DK>(a.q, a, b, h, ts, c, true, Qf, ld);
+            __syncthreads();
+        }
+        causal_scores<DK>(Qf, Al, G);
+        __syncthreads();
+        typedef blk<C, DK> tl;
+        float *wg = P.W + ((size_t)bh * a.T + ts) * DK, *yg = P.Y + ((size_t)bh * a.T + ts) * dv;
+        float x[tl::NE]; /* one accumulator at a time (as one mmb2, apart_kernel<32, 2, true> spilled 16 bytes) */
+        zerob<C, DK>(x);
+        mmb<C, DK, C, false, false>(G, ldc, K, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::NE; i++)
+            if (tl::row(i) < c) wg[(size_t)tl::row(i) * DK + tl::col(i)] = Qf[tl::row(i) * ld + tl::col(i)] - x[i];
+        zerob<C, DK>(x);
+        mmb<C, DK, C, false, false>(G, ldc, Ysm, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::NE; i++)
+            if (tl::row(i) < c && tl::col(i) < dv) yg[(size_t)tl::row(i) * dv + tl::col(i)] = x[i];
+        __syncthreads(); /* G, K and Y's place are read before the next chunk's rows land */
+    };
 
     /* the first chunk's raw k (and u) rows in flight while A0 is formed */
     issue_uk<DK>(a, b, h, j0 * P.C, imin(P.C, a.T - j0 * P.C), U, K, ld);
@@ -838,6 +926,8 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
 #if VLA_CP_TC /* 4-6. Z = L^{-1} UA, G = I + UA U^T = L L^T, by blocks of 16 rows */
     chol_z_blocked<DK>(U, UA, G, ld, ldc, P.prof && first && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
+    if (FOLD && !a.elu1) /* Q~ in flight too (s_factors waits for both) */
+        async_rows<C, DK>(Qf, ld, a.q + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
     if (first) {
         PROF(4);
         PROF(5);
@@ -855,6 +945,7 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     }
     __syncthreads();
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
+    if (FOLD && !a.elu1) async_rows<C, DK>(Qf, ld, a.q + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
     if (first) PROF(4);
     /* 5. G = L L^T */
     cholesky64(G, ldc);
@@ -907,11 +998,16 @@ template <int DK, int MINB> __global__ void __launch_bounds__(NT, MINB) apart_ke
     __syncthreads();
     if (first) PROF(9);
 #if VLA_CP_TC /* Y, DK columns at a time, into UA's place (Z is no longer needed) */
-    s_factors<DK, false>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, U, UA, UA, first);
+    s_factors<DK, false>(P, bh, j, ts, c, vsrc, sv, !FOLD, K, Al, G, U, UA, UA, first);
+    if constexpr (FOLD) fold_out(ts, c, UA);
 #else
-    s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, true, K, Al, G, U, U, UA, first);
+    s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, !FOLD, K, Al, G, U, U, UA, first);
+    if constexpr (FOLD) fold_out(ts, c, U); /* (Y over V in U) */
 #endif
-    if (first) PROF(11);
+    if (first) {
+        PROF(11);
+        PROF_NS(61);
+    }
     }
 }
 
@@ -931,7 +1027,7 @@ template <int DK> struct sfac_smem {
  * blocks than two a multiprocessor hold; else two (chunkpar_sfac_minb). (A T4 holds one dk = 32
  * block anyway: no cap there.) */
 template <int DK, int MINB> __global__ void __launch_bounds__(NT, VLA_CP_TC ? MINB : 1) sfac_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<TL_APART> tl_(P);
     VLACU_DYNSMEM(smem);
     typedef sfac_smem<DK> S;
     const vlacu_args &a = P.a;
@@ -967,7 +1063,7 @@ template <int DK> struct linmap_smem {
 
 /* [BH x nch]: Qm_j = phi(K_j)^T V_j (DK x dv), DK value columns at a time. */
 template <int DK> __global__ void __launch_bounds__(NT, 4) linmap_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<TL_LINMAP> tl_(P);
     VLACU_DYNSMEM(smem);
     constexpr int ld = linmap_smem<DK>::ld;
     const vlacu_args &a = P.a;
@@ -1001,7 +1097,7 @@ template <int DK> __global__ void __launch_bounds__(NT, 4) linmap_kernel(const c
  * and S_out. The entries are independent: no shared memory, no barrier; SW loads in flight a
  * thread. */
 __global__ void __launch_bounds__(NT) sumwalk_kernel(const cp_params P, int DK) {
-    pdl_enter();
+    tl_scope<TL_SUMWALK> tl_(P);
     const vlacu_args &a = P.a;
     const int dk = a.dk, dv = a.dv, per = DK * dv, nb = (per + NT - 1) / NT;
     const int bh = blockIdx.x / nb, e = (blockIdx.x % nb) * NT + (int)threadIdx.x;
@@ -1053,7 +1149,7 @@ template <int DK, int BV> struct walk_smem {
  * (with a runtime mode, one profile at (1,4,32) T = 2048 counted 50.8k cycles for the 32 steps of
  * a block, against 34.6k before). */
 template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) walk_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<MODE == W_PLAIN ? TL_WALK : MODE == W_MAP ? TL_WMAP : MODE == W_SCAN ? TL_WSCAN : TL_WLOCAL> tl_(P);
     VLACU_DYNSMEM(smem);
     typedef walk_smem<DK, BV> S;
     constexpr int ld = S::ld, ldv = S::ldv, mode = MODE;
@@ -1076,44 +1172,48 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
 #define XB(s) (base + (s) * stage + DK * ld + DK * ldv)
     typedef blk<DK, BV> tx; /* X, Q [DK][BV] */
     constexpr int NP = DK * DK / NT, NQ = DK * BV / NT;
-    float rp[NP], rq[NQ];
+    /* P and Q of the next AH steps in registers, by step mod AH. Two for the plain walk at dk = 64
+     * ((8,16,64): 0.7% faster at T = 2048 and 32768, session 12 run 1); one elsewhere (at dk = 32
+     * two were 3-4% slower at T = 8192 and 131072, and W_MAP at dk = 64 spilled 8 bytes) */
+    constexpr int AH = DK == 64 && MODE == W_PLAIN ? 2 : 1;
+    float rp[AH][NP], rq[AH][NQ];
 
-    /* registers <- step jj's P and Q columns v0.. (columns < nv; Q = 0 for identity columns) */
-    auto fetch = [&](int jj) {
+    /* registers slot u <- step jj's P and Q columns v0.. (columns < nv; Q = 0 for identity columns) */
+    auto fetch = [&](int jj, int u) {
         if (mode == W_SCAN) { /* a segment map [P_seg | Q_seg], rows of DK + dv */
             const float *pg = P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld, *qg = pg + DK + v0;
 #pragma unroll
             for (int r = 0; r < NP; r++) {
                 const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
-                rp[r] = pg[(size_t)i * segld + k];
+                rp[u][r] = pg[(size_t)i * segld + k];
             }
 #pragma unroll
             for (int r = 0; r < NQ; r++) {
                 const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-                rq[r] = cc < nv ? qg[(size_t)i * segld + cc] : 0.0f;
+                rq[u][r] = cc < nv ? qg[(size_t)i * segld + cc] : 0.0f;
             }
             return;
         }
         const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
         const float *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
 #pragma unroll
-        for (int r = 0; r < NP; r++) rp[r] = pg[threadIdx.x + NT * r];
+        for (int r = 0; r < NP; r++) rp[u][r] = pg[threadIdx.x + NT * r];
 #pragma unroll
         for (int r = 0; r < NQ; r++) {
             const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-            rq[r] = !pblock && cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
+            rq[u][r] = !pblock && cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
         }
     };
-    auto stash = [&](int s) {
+    auto stash = [&](int s, int u) {
 #pragma unroll
         for (int r = 0; r < NP; r++) {
             const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
-            PB(s)[i * ld + k] = rp[r];
+            PB(s)[i * ld + k] = rp[u][r];
         }
 #pragma unroll
         for (int r = 0; r < NQ; r++) {
             const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-            QB(s)[i * ldv + cc] = rq[r];
+            QB(s)[i * ldv + cc] = rq[u][r];
         }
     };
 
@@ -1133,32 +1233,43 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
             xs[i] = x0;
             XB(0)[r * ldv + cc] = x0;
         }
+    /* step j0 stashed; steps j0 + 1 .. j0 + AH - 1 in registers (slot (j - j0) mod AH) */
     if (j0 < j1) {
-        fetch(j0);
-        stash(0);
+        fetch(j0, 0);
+        stash(0, 0);
     }
+#pragma unroll
+    for (int u = 1; u < AH; u++)
+        if (j0 + u < j1) fetch(j0 + u, u);
     __syncthreads();
     PROF(12);
-    for (int j = j0; j < j1; j++) {
-        const int s = (j - j0) & 1;
-        if (j - j0 == 1) PROF(14);
-        float *xst = mode == W_SCAN  ? P.Sst + ((size_t)bh * P.wnseg + j) * DK * dv + v0
-                     : mode == W_MAP ? nullptr
-                                     : P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
-        if (xst)
+    /* step j (u = (j - j0) mod AH, a constant in the unrolled body): P_{j+AH} into slot u, whose
+     * step is stashed; the next step's P from slot (u + 1) mod AH to the other stage */
+    for (int jb = j0; jb < j1; jb += AH) {
 #pragma unroll
-            for (int i = 0; i < tx::NE; i++)
-                    if (tx::col(i) < nv) xst[(size_t)tx::row(i) * dv + tx::col(i)] = xs[i];
-        if (j + 1 < j1) fetch(j + 1);
-        /* X <- P X + Q */
+        for (int u = 0; u < AH; u++) {
+            const int j = jb + u;
+            if (j >= j1) break;
+            const int s = (j - j0) & 1;
+            if (j - j0 == 1) PROF(14);
+            float *xst = mode == W_SCAN  ? P.Sst + ((size_t)bh * P.wnseg + j) * DK * dv + v0
+                         : mode == W_MAP ? nullptr
+                                         : P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
+            if (xst)
 #pragma unroll
-        for (int i = 0; i < tx::NE; i++) xs[i] = QB(s)[tx::row(i) * ldv + tx::col(i)];
-        mmb<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
+                for (int i = 0; i < tx::NE; i++)
+                        if (tx::col(i) < nv) xst[(size_t)tx::row(i) * dv + tx::col(i)] = xs[i];
+            if (j + AH < j1) fetch(j + AH, u);
+            /* X <- P X + Q */
 #pragma unroll
-        for (int i = 0; i < tx::NE; i++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(i)] = xs[i];
-        if (j + 1 < j1) stash(s ^ 1);
-        __syncthreads();
-        if (j - j0 == 1) PROF(15);
+            for (int i = 0; i < tx::NE; i++) xs[i] = QB(s)[tx::row(i) * ldv + tx::col(i)];
+            mmb<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
+#pragma unroll
+            for (int i = 0; i < tx::NE; i++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(i)] = xs[i];
+            if (j + 1 < j1) stash(s ^ 1, (u + 1) % AH);
+            __syncthreads();
+            if (j - j0 == 1) PROF(15);
+        }
     }
     PROF(13);
     if (mode == W_MAP) {
@@ -1199,7 +1310,7 @@ typedef float4 vf4;
  * and one barrier (X^T double-buffered). The sums are mm's (KS partial sums, the same order),
  * so X and the outputs are bitwise walk_kernel's. X_j to Xst; S_out, A_out at the end. */
 template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 2 : 1) walk_rows_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<TL_WALK> tl_(P);
     constexpr int DK = 32, TPR = NT / DK, NC = BV / TPR, KS = NC >= 4 ? 1 : 4 / NC, ldx = DK + 4;
     static_assert(AHEAD == 1 || AHEAD == 2, "P_{j+1} or P_{j+2} in flight");
     static_assert(NC * TPR == BV && (BV == 8 || BV == 16), "8 or 16 value columns, 1 or 2 a thread");
@@ -1307,15 +1418,25 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
  * three launches read each P_j once a column pair (16 times as often as walk_kernel's 32-column
  * blocks) over 16 times as many blocks, and (1,4,32) T = 32768 ran 17% slower. The sums: Q_j +
  * the quarter's products in k order, then (q0 + q1) + (q2 + q3); the four threads get the same
- * bits. X_j to Xst; S_out, A_out at the end. Its own block size (QW_NT), launched as such. */
+ * bits. X_j to Xst; S_out, A_out at the end. Its own block size (QW_NT), launched as such.
+ * MODE W_SCAN (session 12): the segmented walk's middle launch, X over the segment maps
+ * [P_seg | Q_seg] (rows of DK + dv: dv a multiple of 4 for the 16-byte loads), X at each segment
+ * start to Sst. It has the plain walk's block count (the segments' maps are its steps), where the
+ * first and last launches have a block per segment too and keep walk_kernel. */
 constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns x 4 quarters */
-template <int AHEAD> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
-    pdl_enter();
+template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
+    tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P);
+    static_assert(MODE == W_PLAIN || MODE == W_SCAN, "the plain walk or the scan over segment maps");
     constexpr int DK = 32, ldx = DK + 4;
     static_assert(AHEAD >= 1 && AHEAD <= 3, "P_{j+1} .. P_{j+3} in flight");
     __shared__ __align__(16) float xt[2][QW_COLS][ldx]; /* X^T: [column][row], by step parity */
     const vlacu_args &a = P.a;
-    const int dk = a.dk, dv = a.dv, nch = P.nch, nvb = (dv + QW_COLS - 1) / QW_COLS;
+    const int dk = a.dk, dv = a.dv, nvb = (dv + QW_COLS - 1) / QW_COLS;
+    const int nch = MODE == W_SCAN ? P.wnseg : P.nch; /* the steps */
+    /* W_SCAN: step j's map [P_seg | Q_seg], rows of DK + dv */
+    const size_t pstride = (size_t)DK * (DK + dv);
+    const int pld = DK + dv;
+    float *const xbase = MODE == W_SCAN ? P.Sst : P.Xst;
     const int cb = blockIdx.x % nvb, bh = blockIdx.x / nvb;
     if (head_skipped(P, bh)) return;
     const int q = (int)threadIdx.x & 3, c = ((int)threadIdx.x >> 2) & 1, i = (int)threadIdx.x >> 3;
@@ -1324,9 +1445,16 @@ template <int AHEAD> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kerne
     vf4 pb[AHEAD + 1][2];
     float qb[AHEAD + 1];
     auto fetch = [&](int j, vf4 (&pd)[2], float &qd) { /* step j's P row i (quarter q) and Q entry */
-        const vf4 *p4 = reinterpret_cast<const vf4 *>(P.Pm + ((size_t)bh * nch + j) * DK * DK + i * DK + 8 * q);
-        pd[0] = p4[0], pd[1] = p4[1];
-        qd = live && q == 0 ? P.Qm[(((size_t)bh * nch + j) * DK + i) * dv + col] : 0.0f;
+        if constexpr (MODE == W_PLAIN) { /* (written as before session 12: the same code) */
+            const vf4 *p4 = reinterpret_cast<const vf4 *>(P.Pm + ((size_t)bh * nch + j) * DK * DK + i * DK + 8 * q);
+            pd[0] = p4[0], pd[1] = p4[1];
+            qd = live && q == 0 ? P.Qm[(((size_t)bh * nch + j) * DK + i) * dv + col] : 0.0f;
+        } else {
+            const float *pj = P.Seg + ((size_t)bh * nch + j) * pstride + (size_t)i * pld;
+            const vf4 *p4 = reinterpret_cast<const vf4 *>(pj + 8 * q);
+            pd[0] = p4[0], pd[1] = p4[1];
+            qd = live && q == 0 ? pj[DK + col] : 0.0f;
+        }
     };
     float x = a.S_in && i < dk && live ? a.S_in[(size_t)bh * dk * dv + (size_t)i * dv + col] : 0.0f; /* X_0 = S_in^T */
     if (q == 0) xt[0][c][i] = x;
@@ -1342,7 +1470,7 @@ template <int AHEAD> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kerne
             const int j = jb + u;
             if (j >= nch) break;
             const int s = j & 1;
-            if (q == 0 && live) P.Xst[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
+            if (q == 0 && live) xbase[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
             if (j + AHEAD < nch) fetch(j + AHEAD, pb[(u + AHEAD) % (AHEAD + 1)], qb[(u + AHEAD) % (AHEAD + 1)]);
             const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][8 * q]);
             const vf4 x0 = xv[0], x1 = xv[1], p0 = pb[u][0], p1 = pb[u][1];
@@ -1386,21 +1514,9 @@ template <int DK> constexpr int output_minb() { return 1; }
 template <int DK> constexpr int output_minb() { return VLA_CP_TC ? (DK == 32 ? 4 : 3) : 1; }
 #endif
 
-/* Pm = tril(Q Al^T) (C x C, ld C + LD_PAD) from Q and Al (C x DK, ld DK + LD_PAD): the chunk's
- * causal scores, the output kernels' first product. No barrier. */
-template <int DK> __device__ __forceinline__ void causal_scores(const float *Q, const float *Al, float *Pm) {
-    typedef blk<C, C> tl;
-    constexpr int ld = DK + LD_PAD, ldc = C + LD_PAD;
-    float x[tl::NE];
-    zerob<C, C>(x);
-    mmb<C, C, DK, false, true>(Q, ld, Al, ld, x);
-#pragma unroll
-    for (int i = 0; i < tl::NE; i++) Pm[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
-}
-
 /* LIN (linear attention): Al = phi(k) from k itself, W = 0 (no Pm W), Y = V from v itself. */
 template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output_minb<DK>()) output_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<TL_OUT> tl_(P);
     VLACU_DYNSMEM(smem);
     typedef output_smem<DK, VT> S;
     constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
@@ -1466,7 +1582,7 @@ template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output
 enum { OUT_PRE = 1, OUT_FIN = 2 };
 template <int DK, int VT, int MODE>
 __global__ void __launch_bounds__(NT, output_minb<DK>()) output_split_kernel(const cp_params P) {
-    pdl_enter();
+    tl_scope<MODE == OUT_PRE ? TL_OUTPRE : TL_OUT> tl_(P);
     VLACU_DYNSMEM(smem);
     typedef output_smem<DK, VT> S;
     constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
@@ -1555,7 +1671,7 @@ static cudaError_t launch_one(void (*kern)(const cp_params), unsigned grid, size
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[37][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[39][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -1606,6 +1722,8 @@ struct ktimer {
                             h[35 + 3 * b] - h[34 + 3 * b]);
                 fprintf(stderr, ")");
             }
+            if (h[61] > h[60]) /* phases 1-11 in cycles over the same span on the global timer */
+                fprintf(stderr, " (clock %.0f MHz)", 1e3 * (double)(h[11] - h[0]) / (double)(h[61] - h[60]));
             fprintf(stderr, "\nwalk cycles: all steps %lld, step 1 %lld\n", h[13] - h[12], h[15] - h[14]);
             cudaFree(prof);
         }
@@ -1620,6 +1738,57 @@ struct ktimer {
     }
 };
 
+/* Whether the segmented walk's scan (its middle launch) runs as walk_quad_kernel<2, W_SCAN>: dk <= 32,
+ * sm_80+, dv a multiple of 4 (16-byte loads of the map rows), and its dv / 2 blocks a head fit two a
+ * multiprocessor. VLA_CP_QSCAN=0 (development) turns it off. */
+static bool quad_scan_ok(int dk, int dv, long long heads, int cc, int sms) {
+    static const bool env = [] {
+        const char *e = getenv("VLA_CP_QSCAN");
+        return !(e && e[0] == '0');
+    }();
+    return env && dk <= 32 && cc >= 8 && dv % 4 == 0 && heads * ((dv + QW_COLS - 1) / QW_COLS) <= 2LL * (sms > 0 ? sms : 1);
+}
+
+/* VLA_CP_TIMELINE=1 in a -DVLA_CP_TIMELINE build (development): the kernels' spans on the GPU's global timer for one call, printed
+ * after it (the call then waits for its stream): for each kernel, microseconds from the first
+ * kernel's entry to its first block's entry, to that block's griddepcontrol.wait returning, and to
+ * its last warp's exit. Unlike VLA_CUDA_KERNEL_TIMES, the launches are as in production. */
+struct tline {
+    unsigned long long *d = nullptr;
+    void start(cp_params &p, cudaStream_t st) {
+#ifdef VLA_CP_TIMELINE
+        static const bool env_on = [] {
+            const char *e = getenv("VLA_CP_TIMELINE");
+            return e && e[0] == '1';
+        }();
+#else
+        constexpr bool env_on = false;
+#endif
+        static unsigned long long *buf = nullptr; /* one a process (development), never freed */
+        if (!env_on || (!buf && cudaMalloc((void **)&buf, 3 * TL_N * sizeof *buf) != cudaSuccess)) return;
+        d = buf;
+        cudaMemsetAsync(d, 0xff, 2 * TL_N * sizeof *d, st); /* (not with bench_cuda_targets --gate: finish waits) */
+        cudaMemsetAsync(d + 2 * TL_N, 0, TL_N * sizeof *d, st);
+        p.tl = d;
+    }
+    void finish(cudaStream_t st, const vlacu_args &a) {
+        if (!d) return;
+        unsigned long long h[3 * TL_N];
+        cudaStreamSynchronize(st);
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        static const char *const name[TL_N] = {"gram", "prefix", "apart", "outpre", "walk", "wmap", "wscan", "wlocal", "out", "linmap", "sumwalk"};
+        unsigned long long t0 = ~0ull, t1 = 0;
+        for (int k = 0; k < TL_N; k++)
+            if (h[2 * TL_N + k]) t0 = h[k] < t0 ? h[k] : t0, t1 = h[2 * TL_N + k] > t1 ? h[2 * TL_N + k] : t1;
+        fprintf(stderr, "timeline B=%d T=%d H=%d dk=%d dv=%d (us: entry, wait done, exit):", a.B, a.T, a.H, a.dk, a.dv);
+        for (int k = 0; k < TL_N; k++)
+            if (h[2 * TL_N + k])
+                fprintf(stderr, " %s %.1f %.1f %.1f;", name[k], 1e-3 * (double)(h[k] - t0), 1e-3 * (double)(h[TL_N + k] - t0),
+                        1e-3 * (double)(h[2 * TL_N + k] - t0));
+        fprintf(stderr, " total %.1f\n", 1e-3 * (double)(t1 - t0));
+    }
+};
+
 template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, const vlacu_aux *aux) {
     const unsigned BH = (unsigned)(P.a.B * P.a.H), nch = (unsigned)P.nch;
     const int slot = DK == 32 ? 0 : 6, slot2 = DK == 32 ? 12 : 15; /* smem_set slots of this DK's kernels */
@@ -1627,6 +1796,8 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     ktimer kt;
     kt.start(st);
     cp_params Pp = P;
+    tline tl;
+    tl.start(Pp, st);
     const bool vla = P.a.mech == VLACU_VLA;
     /* The Gram prefix summed in apart_kernel (no cp_prefix launch) when the last segment's block
      * has at most fold_max parts to add (dk = 32: 16 loads a thread a round trip, two round trips;
@@ -1693,22 +1864,8 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         if ((e = cp_launch(ko, BH * nch, so, st, PP)) != cudaSuccess) return e;
         kt.mark("output", st);
         kt.finish(P.a);
+        tl.finish(st, P.a);
         return cudaGetLastError();
-    }
-    if (vla) {
-        kfn ka = apart_kernel<DK, 2>;
-        int aslot = slot;
-        if constexpr (DK == 32)
-            if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
-        if ((e = raise(aslot, ka, apart_smem<DK>::bytes)) != cudaSuccess) return e;
-        if ((e = cp_launch(ka, BH * nseg, apart_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
-        kt.mark("apart", st);
-    } else {
-        const bool many = P.sfac_minb > 2;
-        const kfn kf = many ? sfac_kernel<DK, DK == 32 ? 4 : 3> : sfac_kernel<DK, 2>;
-        if ((e = raise((DK == 32 ? 19 : 21) + (many ? 0 : 1), kf, sfac_smem<DK>::bytes)) != cudaSuccess) return e;
-        if ((e = cp_launch(kf, BH * nch, sfac_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
-        kt.mark("sfac", st);
     }
     /* The output's split (output_split_kernel: OUT_PRE beside the walk on the second stream,
      * OUT_FIN after it) on small shapes. VLA_CP_SPLIT=0/1 (development) forces it off or on. */
@@ -1717,6 +1874,37 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         return e && *e ? atoi(e) : -1;
     }();
     const bool split = aux && split_env != 0 && (split_env == 1 || small);
+    /* With the segmented walk (its launches step 3 x fewer chunks, with more blocks), OUT_PRE's
+     * blocks (one a chunk) beside it slowed it down and ended after it ((1,4,32) T = 8192: the walk
+     * about 23 us alone, 28-33 beside OUT_PRE; session 12's timelines). There, at dk = 32 and dv <= 32
+     * (Y in one tile), apart_kernel forms Q' and Pm Y itself (P.outfold: the same sums, so the same
+     * bits) and the walk runs alone. VLA_CP_OUTFOLD=0/1 (development) forces it off, or on for
+     * every split shape. */
+    static const int outfold_env = [] {
+        const char *e = getenv("VLA_CP_OUTFOLD");
+        return e && *e ? atoi(e) : -1;
+    }();
+    const bool outfold = DK == 32 && vla && split && P.a.dv <= DK && P.cc >= 8 && outfold_env != 0 &&
+                         (outfold_env == 1 || P.wnseg > 1);
+    Pp.outfold = outfold ? 1 : 0;
+    if (vla) {
+        kfn ka = apart_kernel<DK, 2>;
+        int aslot = slot;
+        if constexpr (DK == 32) {
+            if (outfold) ka = P.apart_minb == 3 ? apart_kernel<32, 3, true> : apart_kernel<32, 2, true>, aslot = P.apart_minb == 3 ? 37 : 38;
+            else if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
+        }
+        const size_t sa = apart_smem<DK>::bytes + (outfold ? apart_smem<DK>::qbytes : 0);
+        if ((e = raise(aslot, ka, sa)) != cudaSuccess) return e;
+        if ((e = cp_launch(ka, BH * nseg, sa, st, PP)) != cudaSuccess) return e;
+        kt.mark("apart", st);
+    } else {
+        const bool many = P.sfac_minb > 2;
+        const kfn kf = many ? sfac_kernel<DK, DK == 32 ? 4 : 3> : sfac_kernel<DK, 2>;
+        if ((e = raise((DK == 32 ? 19 : 21) + (many ? 0 : 1), kf, sfac_smem<DK>::bytes)) != cudaSuccess) return e;
+        if ((e = cp_launch(kf, BH * nch, sfac_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
+        kt.mark("sfac", st);
+    }
     /* walk_quad_kernel for the plain walk at dk <= 32 when its dv / 2 blocks a head fit two a
      * multiprocessor (sm_80+; the T4 keeps walk_rows_kernel, not measured there). VLA_CP_QUAD=0
      * (development) turns it off. */
@@ -1729,7 +1917,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     const int VT = P.a.dv <= 32 ? 32 : 64;
     const size_t so = VT == 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
     const int oslot = 29 + (DK == 32 ? 0 : 4) + (VT == 32 ? 0 : 2); /* OUT_PRE; OUT_FIN + 1 */
-    if (split) { /* Q' and Pm Y on the second stream, from the A part's (or cp_sfac's) W, Y, Al */
+    if (split && !outfold) { /* Q' and Pm Y on the second stream, from the A part's (or cp_sfac's) W, Y, Al */
         const cudaStream_t as = (cudaStream_t)aux->stream;
         const kfn kpre = VT == 32 ? output_split_kernel<DK, 32, OUT_PRE> : output_split_kernel<DK, 64, OUT_PRE>;
         if ((e = raise(oslot, kpre, so)) != cudaSuccess) return e;
@@ -1747,11 +1935,15 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
             (e = raise(slot2 + 2, kl, sc)) != cudaSuccess)
             return e;
         if ((e = cp_launch(km, BH * ((unsigned)(DK / 32) + nvb) * ns, sc, st, PP)) != cudaSuccess) return e;
-        if ((e = cp_launch(ks, BH * nvb, sc, st, PP)) != cudaSuccess) return e;
+        if (quad_scan_ok(DK, P.a.dv, (long long)BH, P.cc, P.sms)) { /* four threads an entry of X */
+            const unsigned nq = (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS);
+            if ((e = cp_launch(walk_quad_kernel<2, W_SCAN>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
+        } else if ((e = cp_launch(ks, BH * nvb, sc, st, PP)) != cudaSuccess)
+            return e;
         if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
     } else if (DK == 32 && quad) { /* four threads an entry of X (walk_quad_kernel) */
         const unsigned nq = (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS);
-        if ((e = cp_launch(walk_quad_kernel<2>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
+        if ((e = cp_launch(walk_quad_kernel<2, W_PLAIN>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
     } else if (DK == 32 && bv <= 16) { /* P's rows in registers (walk_rows_kernel); static shared memory only */
         /* two chunks ahead (96 registers of P rows, one block a multiprocessor) when the blocks fit one a
          * multiprocessor: one ahead left each step waiting on its loads (about 900 cycles a step) */
@@ -1770,8 +1962,12 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     if (split) { /* after the walk and the second stream's part */
         const kfn kfin = VT == 32 ? output_split_kernel<DK, 32, OUT_FIN> : output_split_kernel<DK, 64, OUT_FIN>;
         if ((e = raise(oslot + 1, kfin, so)) != cudaSuccess) return e;
-        if ((e = cudaStreamWaitEvent(st, (cudaEvent_t)aux->join, 0)) != cudaSuccess) return e;
-        if ((e = launch_one(kfin, BH * nch, so, st, PP, false)) != cudaSuccess) return e;
+        if (outfold) {
+            if ((e = cp_launch(kfin, BH * nch, so, st, PP)) != cudaSuccess) return e;
+        } else {
+            if ((e = cudaStreamWaitEvent(st, (cudaEvent_t)aux->join, 0)) != cudaSuccess) return e;
+            if ((e = launch_one(kfin, BH * nch, so, st, PP, false)) != cudaSuccess) return e;
+        }
     } else {
         const kfn ko = VT == 32 ? output_kernel<DK, 32, false> : output_kernel<DK, 64, false>;
         if ((e = raise(slot + (VT == 32 ? 3 : 4), ko, so)) != cudaSuccess) return e;
@@ -1779,6 +1975,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     }
     kt.mark(split ? "output (fin)" : "output", st);
     kt.finish(P.a);
+    tl.finish(st, P.a);
     return cudaGetLastError();
 }
 
@@ -1826,9 +2023,12 @@ static size_t chunkpar_walk32_smem(const vlacu_args &a) {
 }
 
 /* The walk's segments: when the heads' value blocks leave most multiprocessors idle and there
- * are enough chunks, segments of wlen ~ sqrt(nch / 2) chunks (2 wlen + nch / wlen steps a head,
- * the fewest), on 32 value columns a block (the segments give the parallelism). Else one
- * segment (wlen = nch) and chunkpar_bv's width. */
+ * are enough chunks, segments of wlen chunks on 32 value columns a block (the segments give the
+ * parallelism). The three launches take wlen, wnseg and wlen steps a head; wlen minimises
+ * (waves of the first launch + waves of the last) x wlen + s x wnseg, two blocks a multiprocessor,
+ * s the scan's step against walk_kernel's: 1, or 1/2 with walk_quad_kernel (session 12). (With
+ * s = 1 and one wave each this is wlen ~ sqrt(nch / 2), the rule before.) VLA_CP_WLEN=L
+ * (development) forces wlen. Else one segment (wlen = nch) and chunkpar_bv's width. */
 void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *bv, int *wlen, int *wnseg) {
     const long long heads = (long long)a.B * a.H, sms = dev.sm_count > 0 ? dev.sm_count : 1;
     *bv = chunkpar_bv(a, dev);
@@ -1838,8 +2038,22 @@ void chunkpar_walk(const vlacu_args &a, const vlacu_device &dev, int nch, int *b
     if (nch < 64 || heads * ((a.dv + 31) / 32) * 4 > sms || chunkpar_walk32_smem(a) > dev.smem_optin)
         return; /* (from 32 chunks it was slower at T = 2048; with walk_quad_kernel, leaving 64 and
                  * 128 chunks unsegmented was 8% and 19% slower, session 9 run7) */
-    int L = (int)ceil(sqrt(nch / 2.0));
-    if (L < 2) L = 2;
+    const int DK = chunkpar_dk(a);
+    const long long nvb = (a.dv + 31) / 32, slots = 2 * sms;
+    const double s = cp::quad_scan_ok(DK, a.dv, heads, dev.cc_major, (int)sms) ? 0.5 : 1.0;
+    int L = 2;
+    double best = -1;
+    for (int l = 2; l < nch; l++) {
+        const long long ns = (nch + l - 1) / l;
+        const long long wm = (heads * (DK / 32 + nvb) * ns + slots - 1) / slots, wl = (heads * nvb * ns + slots - 1) / slots;
+        const double cost = (double)(wm + wl) * l + s * (double)ns;
+        if (best < 0 || cost < best) best = cost, L = l;
+    }
+    static const int wlen_env = [] {
+        const char *e = getenv("VLA_CP_WLEN");
+        return e && *e ? atoi(e) : 0;
+    }();
+    if (wlen_env >= 2 && wlen_env < nch) L = wlen_env;
     *bv = 32;
     *wlen = L;
     *wnseg = (nch + L - 1) / L;

@@ -95,12 +95,15 @@ struct cp_params {
     int apart_minb;     /* apart_kernel blocks a multiprocessor: 2 or 3 (chunkpar_apart_minb) */
     int sfac_minb;      /* sfac_kernel blocks a multiprocessor: 2, or 3 (dk = 64) / 4 (dk = 32) (chunkpar_sfac_minb) */
     int fold;           /* VLA: apart_kernel sums the Gram parts itself (no cp_prefix; set by launch_chunkpar) */
+    int outfold;        /* VLA, dk <= 32, dv <= 32: apart_kernel forms the output's first half (Q', Pm Y over W, Y;
+                         * no OUT_PRE launch; set by launch_chunkpar) */
     int sms;            /* the device's multiprocessors (walk_rows_kernel's prefetch depth) */
     int cc;             /* the device's compute capability, major (walk_quad_kernel: 8 and up; programmatic
                          * dependent launch: 9 and up) */
     float *Seg;         /* [BH][wnseg][DK][DK + dv] segment maps [P_seg | Q_seg] (wnseg > 1) */
     float *Sst;         /* [BH][wnseg][DK][dv] X at each segment start (wnseg > 1) */
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
+    unsigned long long *tl; /* development: each kernel's span on the global timer (VLA_CP_TIMELINE=1), else null */
     int prof_block;
 };
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);

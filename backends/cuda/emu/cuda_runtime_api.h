@@ -35,6 +35,7 @@ enum cudaMemcpyKind {
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 #define cudaEventDisableTiming 0x02
+#define cudaStreamDefault 0x00
 
 struct cudaDeviceProp {
     char name[256];
@@ -63,6 +64,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t st);
 cudaError_t cudaMemset(void *p, int value, size_t n);
 cudaError_t cudaStreamCreate(cudaStream_t *st);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *st, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaStreamDestroy(cudaStream_t st);
 cudaError_t cudaStreamSynchronize(cudaStream_t st);
 cudaError_t cudaDeviceSynchronize(void);

@@ -214,6 +214,11 @@ cudaError_t cudaStreamCreate(cudaStream_t *st) {
     *st = (cudaStream_t)malloc(16);
     return cudaSuccess;
 }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *st, unsigned, int) { return cudaStreamCreate(st); }
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { /* one queue: no priorities */
+    *least = 0, *greatest = 0;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t st) {
     free(st);
     return cudaSuccess;
