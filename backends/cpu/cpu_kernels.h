@@ -66,6 +66,9 @@ size_t cpu_vla_two_level_work(int T, int dk, int dv, const cpu_params *p);
 /* C[m x n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb), like cblas_sgemm. */
 void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
               int ldb, float beta, float *C, int ldc);
+/* The same in double (cblas_dgemm with VLA_HAVE_CBLAS): VLA's chunked A part (cpu_vla.c). */
+void cpu_gemm_d(int ta, int tb, int m, int n, int k, double alpha, const double *A, int lda, const double *B,
+                int ldb, double beta, double *C, int ldc);
 float cpu_dot(const float *x, const float *y, int n);
 /* y[n] = x^T M for M [k, n] (a row combination: S k with S stored transposed). */
 void cpu_vecmat(const float *x, const float *M, int k, int n, float *y);

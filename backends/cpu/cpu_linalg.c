@@ -73,6 +73,41 @@ void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, 
     }
 }
 
+void cpu_gemm_d(int ta, int tb, int m, int n, int k, double alpha, const double *A, int lda, const double *B,
+                int ldb, double beta, double *C, int ldc) {
+    if (m <= 0 || n <= 0) return;
+#ifdef VLA_HAVE_CBLAS
+    if (k > 0) {
+        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                    A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    for (int i = 0; i < m; i++) { /* beta = 0 overwrites (C may hold poison) */
+        double *c = C + (size_t)i * ldc;
+        if (beta == 0.0)
+            for (int j = 0; j < n; j++) c[j] = 0.0;
+        else if (beta != 1.0)
+            for (int j = 0; j < n; j++) c[j] *= beta;
+    }
+    if (k <= 0) return;
+    for (int i = 0; i < m; i++) {
+        double *restrict c = C + (size_t)i * ldc;
+        if (!tb) /* C[i,:] += alpha A(i,p) B[p,:]: contiguous inner loop over j */
+            for (int p = 0; p < k; p++) {
+                const double a = alpha * (ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p]);
+                const double *restrict b = B + (size_t)p * ldb;
+                for (int j = 0; j < n; j++) c[j] += a * b[j];
+            }
+        else
+            for (int j = 0; j < n; j++) {
+                double s = 0.0;
+                for (int p = 0; p < k; p++) s += (ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p]) * B[(size_t)j * ldb + p];
+                c[j] += alpha * s;
+            }
+    }
+}
+
 int cpu_cholesky(float *G, int c, int ldg) {
     for (int j = 0; j < c; j++) {
         float *gj = G + (size_t)j * ldg;
