@@ -41,10 +41,12 @@
  * large), and that case is checked at 1e-4. */
 #define TOL 1e-5
 #define TOL_SMALL_LAMBDA 1e-4
-/* A device without fp64 runs the sequential VLA A recurrence (sequential and scan algorithms) in
- * float, which drifts: 1.2e-4 measured at lambda0 = 1e-3, T = 90 on PoCL with
- * VLA_OPENCL_NO_FP64=1 (the default-lambda0 cases stay under 1e-5 at these T). Such a backend
- * says "no fp64" or "fp64 off" in its device description; those cases get this factor. */
+/* A device without fp64 runs VLA's A recurrence in float (the sequential one of sequential and
+ * scan; since session 12 also the chunked A part of chunked and two-level, double elsewhere),
+ * which drifts: 1.2e-4 measured at lambda0 = 1e-3, T = 90 on PoCL with VLA_OPENCL_NO_FP64=1, and
+ * 0.66e-4 to 0.94e-4 for the chunked forms over 8 seeds (the default-lambda0 cases stay under
+ * 1e-5 at these T). Such a backend says "no fp64" or "fp64 off" in its device description; its
+ * VLA cases get this factor. */
 #define NO_FP64_FACTOR 3.0
 #define GUARD_BYTES 256 /* past the end of every output buffer */
 #define GUARD_BYTE 0xA5
@@ -441,7 +443,7 @@ static float *slice(const float *x, int B, int T, int H, int D, int t0, int t1) 
 static double tolerance(const check_case *c, vla_backend *be) {
     const char *dev = vla_backend_device(be);
     const int no64 = strstr(dev, "no fp64") || strstr(dev, "fp64 off");
-    if (no64 && c->mech == VLA_MECH_VLA && (c->algo == VLA_ALGO_SEQUENTIAL || c->algo == VLA_ALGO_SCAN))
+    if (no64 && c->mech == VLA_MECH_VLA)
         return c->tol * NO_FP64_FACTOR;
     return c->tol;
 }

@@ -454,10 +454,10 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         }
         if (vla) {
             TRY(ws(b, OCL_WS_AF, mul4(BH, dk, dk, f)));
-            TRY(ws(b, OCL_WS_AD, mul4(BH, dk, dk, rs)));
-            TRY(ws(b, OCL_WS_Z, mul4(BH, p->C, dk, f)));
-            TRY(ws(b, OCL_WS_G, mul4(BH, p->C, p->C, f)));
-            TRY(ws(b, OCL_WS_M, mul4(BH, p->C, p->C, f)));
+            TRY(ws(b, OCL_WS_AD, mul4(BH, dk, dk, 2 * rs))); /* A, and A^T for the fallback */
+            TRY(ws(b, OCL_WS_Z, mul4(BH, p->C, dk, rs)));
+            TRY(ws(b, OCL_WS_G, mul4(BH, p->C, p->C, rs)));
+            TRY(ws(b, OCL_WS_M, mul4(BH, p->C, p->C, rs)));
         }
         if (algo == VLA_ALGO_TWO_LEVEL) {
             TRY(ws(b, OCL_WS_MAPS, mul4(BH, p->nchunks, mapsz, f)));
@@ -559,7 +559,7 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             a_mem(&l, WS(STARTS)), a_int(&l, nch), a_mem(&l, WS(UU)), a_mem(&l, WS(KH)), a_mem(&l, WS(AF)),
                 a_mem(&l, WS(AD)), a_mem(&l, WS(Z)), a_mem(&l, WS(G)), a_mem(&l, WS(M)), a_mem(&l, WS(AL)),
                 a_int(&l, T), a_int(&l, dk), a_int(&l, C), a_int(&l, d->refresh), a_int(&l, p->rphase),
-                a_flt(&l, (float)d->refresh_size), a_flt(&l, eps);
+                a_flt(&l, (float)d->refresh_size), a_flt(&l, eps), a_int(&l, (int)BH);
             TRY(run(&l, BH, wg));
         }
         {

@@ -85,53 +85,53 @@ __kernel void vla_sequential(__global const float *uu, __global const float *kh,
 
 /* The Woodbury update of one chunk (vla_a_chunked, when G's Cholesky factor L is in G):
  *   Z = L^{-1} Z;  Al = rownorm(K A0 - tril(K Z^T) Z (+ rho k^ on the last row at a refresh));
- *   A = A0 - Z^T Z (+ rho I). Does nothing unless `go`, but always reaches its barriers: PoCL
- *   miscompiles barriers inside branches (seen as out-of-bounds writes), so no kernel here
- *   puts a barrier under an `if`. */
-void vla_a_woodbury(int go, __global const float *K, __global float *A, __global float *Z,
-                           __global const float *G, __global float *M, __global float *AL, int c, int dk, int C,
-                           int refresh_last, float rho, float eps) {
+ *   A = A0 - Z^T Z (+ rho I). In real_t (A, Z, G, M and the sums); K and Al are float. Does
+ *   nothing unless `go`, but always reaches its barriers: PoCL miscompiles barriers inside
+ *   branches (seen as out-of-bounds writes), so no kernel here puts a barrier under an `if`. */
+void vla_a_woodbury(int go, __global const float *K, __global real_t *A, __global real_t *Z,
+                           __global const real_t *G, __global real_t *M, __global float *AL, int c, int dk, int C,
+                           int refresh_last, real_t rho, real_t eps) {
     const int lid = get_local_id(0), wg = get_local_size(0);
     if (!go) c = 0; /* every loop below is then empty, but every barrier is still reached */
     /* Z = L^{-1} Z: forward substitution, one column of Z per work-item. */
     for (int p = lid; p < dk; p += wg)
         for (int i = 0; i < c; i++) {
-            float x = Z[(size_t)i * dk + p];
+            real_t x = Z[(size_t)i * dk + p];
             for (int j = 0; j < i; j++) x -= G[(size_t)i * C + j] * Z[(size_t)j * dk + p];
             Z[(size_t)i * dk + p] = x / G[(size_t)i * C + i];
         }
     barrier(CLK_GLOBAL_MEM_FENCE);
     for (int e = lid; e < c * c; e += wg) { /* M = tril(K Z^T) */
         const int t = e / c, s = e - t * c;
-        float x = 0.0f;
+        real_t x = 0;
         if (s <= t)
-            for (int i = 0; i < dk; i++) x += K[(size_t)t * dk + i] * Z[(size_t)s * dk + i];
+            for (int i = 0; i < dk; i++) x += (real_t)K[(size_t)t * dk + i] * Z[(size_t)s * dk + i];
         M[(size_t)t * C + s] = x;
     }
     barrier(CLK_GLOBAL_MEM_FENCE);
     for (int e = lid; e < c * dk; e += wg) { /* Al = K A0 - tril(M) Z (+ rho k^ on a refresh) */
         const int t = e / dk, i = e - t * dk;
-        float x = 0.0f;
-        for (int j = 0; j < dk; j++) x += K[(size_t)t * dk + j] * A[(size_t)j * dk + i];
+        real_t x = 0; /* (the cancellation is here, in real_t; the result is rounded once) */
+        for (int j = 0; j < dk; j++) x += (real_t)K[(size_t)t * dk + j] * A[(size_t)j * dk + i];
         for (int s = 0; s <= t; s++) x -= M[(size_t)t * C + s] * Z[(size_t)s * dk + i];
-        if (refresh_last && t == c - 1) x += rho * K[e];
-        AL[e] = x;
+        if (refresh_last && t == c - 1) x += rho * (real_t)K[e];
+        AL[e] = (float)x;
     }
     barrier(CLK_GLOBAL_MEM_FENCE); /* every read of A0 is done */
     for (int e = lid; e < (go ? dk * dk : 0); e += wg) { /* A = A0 - Z^T Z (+ rho I) */
         const int i = e / dk, j = e - i * dk;
-        float x = 0.0f;
+        real_t x = 0;
         for (int s = 0; s < c; s++) x += Z[(size_t)s * dk + i] * Z[(size_t)s * dk + j];
-        float a = A[e] - x;
+        real_t a = A[e] - x;
         if (refresh_last && i == j) a += rho;
         A[e] = a;
     }
     barrier(CLK_GLOBAL_MEM_FENCE);
     for (int t = lid; t < c; t += wg) { /* rows a_t = normalize(.) */
-        float ss = 0.0f;
-        for (int i = 0; i < dk; i++) ss += AL[(size_t)t * dk + i] * AL[(size_t)t * dk + i];
-        const float inv = 1.0f / fmax(sqrt(ss), eps);
-        for (int i = 0; i < dk; i++) AL[(size_t)t * dk + i] *= inv;
+        real_t ss = 0;
+        for (int i = 0; i < dk; i++) ss += (real_t)AL[(size_t)t * dk + i] * (real_t)AL[(size_t)t * dk + i];
+        const real_t inv = 1 / fmax(sqrt(ss), eps);
+        for (int i = 0; i < dk; i++) AL[(size_t)t * dk + i] = (float)((real_t)AL[(size_t)t * dk + i] * inv);
     }
     barrier(CLK_GLOBAL_MEM_FENCE);
 }
@@ -142,21 +142,27 @@ void vla_a_woodbury(int go, __global const float *K, __global float *A, __global
  *   Z = U A0;  G = I + Z U^T = L L^T;  Z = L^{-1} Z;
  *   Al = rownorm(K A0 - tril(K Z^T) Z);  A = A0 - Z^T Z
  * and when the chunk's last token is a refresh point its unnormalised a gains rho k^ and A
- * gains rho I (chunk boundaries are cut at refresh points by the host). Float, as the CPU
- * backend: G's eigenvalues are >= 1, so the factorisation is well conditioned. When the
- * Cholesky fails (a caller's A_in need not be positive definite) the chunk runs the
- * sequential recurrence instead, in real_t through Ad, exactly as the CPU backend does.
- * Zs [B*H, C, dk], Gs and Ms [B*H, C, C], Af [B*H, dk, dk], Ad [B*H, dk, dk]. */
+ * gains rho I (chunk boundaries are cut at refresh points by the host). In real_t (double where
+ * the device has fp64), as the CPU backend since session 12: in float32 the outputs sat at
+ * 0.66e-4 to 0.94e-4 of the float64 reference at lambda0 = 1e-3 (PoCL, 8 seeds), against the
+ * 1e-4 VLA-MATH 3 expects, because A0 - Z^T Z cancels there. A is carried in Ad [B*H, dk, dk]
+ * (real_t) and copied from and back to the float state Af at the ends. When the Cholesky fails
+ * (a caller's A_in need not be positive definite) the chunk runs the sequential recurrence
+ * instead, on A^T in Ad's second half, exactly as the CPU backend does.
+ * Zs [B*H, C, dk], Gs and Ms [B*H, C, C] (real_t), Af [B*H, dk, dk], Ad [2][B*H, dk, dk]. */
 __kernel void vla_a_chunked(__global const int *starts, int nchunks, __global const float *uu,
                             __global const float *kh, __global float *Af, __global real_t *Ad,
-                            __global float *Zs, __global float *Gs, __global float *Ms, __global float *Al, int T,
-                            int dk, int C, int R, int rphase, float rho, float eps) {
+                            __global real_t *Zs, __global real_t *Gs, __global real_t *Ms, __global float *Al, int T,
+                            int dk, int C, int R, int rphase, float rho, float eps, int BH) {
     __local float lu[VLA_MAXD], lk[VLA_MAXD], la[VLA_MAXD];
     __local real_t zl[VLA_MAXD], yl[VLA_MAXD], red[VLA_MAXWG];
     __local int failed;
     const int bh = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
-    __global float *A = Af + (size_t)bh * dk * dk;
-    __global float *Z = Zs + (size_t)bh * C * dk, *G = Gs + (size_t)bh * C * C, *M = Ms + (size_t)bh * C * C;
+    __global float *Afh = Af + (size_t)bh * dk * dk;
+    __global real_t *A = Ad + (size_t)bh * dk * dk, *At = Ad + ((size_t)BH + bh) * dk * dk;
+    __global real_t *Z = Zs + (size_t)bh * C * dk, *G = Gs + (size_t)bh * C * C, *M = Ms + (size_t)bh * C * C;
+    for (int e = lid; e < dk * dk; e += wg) A[e] = (real_t)Afh[e];
+    barrier(CLK_GLOBAL_MEM_FENCE);
     for (int ci = 0; ci < nchunks; ci++) {
         const int ts = starts[ci], c = starts[ci + 1] - ts;
         const size_t tok = (size_t)bh * T + ts;
@@ -166,16 +172,16 @@ __kernel void vla_a_chunked(__global const int *starts, int nchunks, __global co
 
         for (int e = lid; e < c * dk; e += wg) { /* Z = U A0 */
             const int t = e / dk, i = e - t * dk;
-            float x = 0.0f;
-            for (int j = 0; j < dk; j++) x += U[(size_t)t * dk + j] * A[(size_t)j * dk + i];
+            real_t x = 0;
+            for (int j = 0; j < dk; j++) x += (real_t)U[(size_t)t * dk + j] * A[(size_t)j * dk + i];
             Z[e] = x;
         }
         if (lid == 0) failed = 0;
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < c * c; e += wg) { /* G = I + Z U^T */
             const int t = e / c, s = e - t * c;
-            float x = t == s ? 1.0f : 0.0f;
-            for (int i = 0; i < dk; i++) x += Z[(size_t)t * dk + i] * U[(size_t)s * dk + i];
+            real_t x = t == s ? 1 : 0;
+            for (int i = 0; i < dk; i++) x += Z[(size_t)t * dk + i] * (real_t)U[(size_t)s * dk + i];
             G[(size_t)t * C + s] = x;
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
@@ -183,30 +189,29 @@ __kernel void vla_a_chunked(__global const int *starts, int nchunks, __global co
          * parallel. `failed` is read after a barrier, so every item takes the same branches. */
         for (int j = 0; j < c; j++) {
             if (lid == 0 && !failed) {
-                float d = G[(size_t)j * C + j];
+                real_t d = G[(size_t)j * C + j];
                 for (int p = 0; p < j; p++) d -= G[(size_t)j * C + p] * G[(size_t)j * C + p];
-                if (!(d > 0.0f) || !isfinite(d)) failed = 1;
-                G[(size_t)j * C + j] = sqrt(fmax(d, 0.0f));
+                if (!(d > 0) || !isfinite(d)) failed = 1;
+                G[(size_t)j * C + j] = sqrt(fmax(d, (real_t)0));
             }
             barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
             if (!failed) {
-                const float djj = G[(size_t)j * C + j];
+                const real_t djj = G[(size_t)j * C + j];
                 for (int i = j + 1 + lid; i < c; i += wg) {
-                    float x = G[(size_t)i * C + j];
+                    real_t x = G[(size_t)i * C + j];
                     for (int p = 0; p < j; p++) x -= G[(size_t)i * C + p] * G[(size_t)j * C + p];
                     G[(size_t)i * C + j] = x / djj;
                 }
             }
             barrier(CLK_GLOBAL_MEM_FENCE);
         }
-        /* When the Cholesky failed: the sequential recurrence for this chunk, in real_t, from the
-         * float A; otherwise the Woodbury update. Both run their barriers either way (nfb = 0 or
-         * go = 0 empties their loops), see vla_a_woodbury. */
+        /* When the Cholesky failed: the sequential recurrence for this chunk on A^T; otherwise
+         * the Woodbury update. Both run their barriers either way (nfb = 0 or go = 0 empties
+         * their loops), see vla_a_woodbury. */
         const int fb = failed, nfb = fb ? c : 0;
-        __global real_t *At = Ad + (size_t)bh * dk * dk;
         for (int e = lid; e < (fb ? dk * dk : 0); e += wg) {
             const int i = e / dk, j = e - i * dk;
-            At[(size_t)j * dk + i] = (real_t)A[e];
+            At[(size_t)j * dk + i] = A[e];
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
         for (int t = 0; t < nfb; t++) {
@@ -222,11 +227,12 @@ __kernel void vla_a_chunked(__global const int *starts, int nchunks, __global co
         barrier(CLK_GLOBAL_MEM_FENCE);
         for (int e = lid; e < (fb ? dk * dk : 0); e += wg) {
             const int i = e / dk, j = e - i * dk;
-            A[e] = (float)At[(size_t)j * dk + i];
+            A[e] = At[(size_t)j * dk + i];
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
-        vla_a_woodbury(!fb, K, A, Z, G, M, AL, c, dk, C, refresh_last, rho, eps);
+        vla_a_woodbury(!fb, K, A, Z, G, M, AL, c, dk, C, refresh_last, (real_t)rho, (real_t)eps);
     }
+    for (int e = lid; e < dk * dk; e += wg) Afh[e] = (float)A[e];
 }
 
 /* VLA-MATH 2.2: per-token maps on the transposed state, ST_t = (I - a_t k^_t^T) ST_{t-1} + a_t v_t^T,
