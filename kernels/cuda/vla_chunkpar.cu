@@ -1408,21 +1408,22 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
 
 /* The walk at DK = 32 with few heads (sm_80+, session 9), each entry of X by four threads: thread
  * (i, c, q) holds the quarter k = 8q .. 8q + 7 of row i of P_j (two 16-byte loads, AHEAD chunks
- * ahead), reads the same quarter of X's column c from shared memory (two 16-byte loads), makes 8
- * multiply-adds, and the four quarters meet by two shuffles. Two columns a block (QW_COLS), so a
- * head's walk spreads over dv / 2 blocks. A step is about 25 instructions a warp where
- * walk_rows_kernel's was 94 (one thread an entry: 32 multiply-adds behind 16 vector loads); 512
- * against 840 cycles a step at (1,4,32) T = 2048. (Giving walk_rows_kernel a deeper prefetch, a
- * ring of chunk slots in shared memory filled by cp.async, made it slower, 930 cycles a step: the
- * loads were not what it waited on.) The plain walk only: the same form for the segmented walk's
- * three launches read each P_j once a column pair (16 times as often as walk_kernel's 32-column
- * blocks) over 16 times as many blocks, and (1,4,32) T = 32768 ran 17% slower. The sums: Q_j +
- * the quarter's products in k order, then (q0 + q1) + (q2 + q3); the four threads get the same
- * bits. X_j to Xst; S_out, A_out at the end. Its own block size (QW_NT), launched as such.
- * MODE W_SCAN (session 12): the segmented walk's middle launch, X over the segment maps
- * [P_seg | Q_seg] (rows of DK + dv: dv a multiple of 4 for the 16-byte loads), X at each segment
- * start to Sst. It has the plain walk's block count (the segments' maps are its steps), where the
- * first and last launches have a block per segment too and keep walk_kernel. */
+ * ahead: 3 for the plain walk since session 13, 2 for W_SCAN), reads the same quarter of X's column
+ * c from shared memory (two 16-byte loads), makes 8 multiply-adds, and the four quarters meet by
+ * two shuffles. Two columns a block (QW_COLS), so a head's walk spreads over dv / 2 blocks. A step
+ * is about 25 instructions a warp where walk_rows_kernel's was 94 (one thread an entry: 32
+ * multiply-adds behind 16 vector loads); 512 against 840 cycles a step at (1,4,32) T = 2048.
+ * (Giving walk_rows_kernel a deeper prefetch, a ring of chunk slots in shared memory filled by
+ * cp.async, made it slower, 930 cycles a step: the loads were not what it waited on.) The plain
+ * walk only: the same form for the segmented walk's three launches read each P_j once a column pair
+ * (16 times as often as walk_kernel's 32-column blocks) over 16 times as many blocks, and (1,4,32)
+ * T = 32768 ran 17% slower. The sums: Q_j + the quarter's products in k order, then (q0 + q1) + (q2
+ * + q3); the four threads get the same bits. X_j to Xst; S_out, A_out at the end. Its own block
+ * size (QW_NT), launched as such. MODE W_SCAN (session 12): the segmented walk's middle launch, X
+ * over the segment maps [P_seg | Q_seg] (rows of DK + dv: dv a multiple of 4 for the 16-byte
+ * loads), X at each segment start to Sst. It has the plain walk's block count (the segments' maps
+ * are its steps), where the first and last launches have a block per segment too and keep
+ * walk_kernel. */
 constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns x 4 quarters */
 template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
     tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P);
@@ -1800,13 +1801,15 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     tl.start(Pp, st);
     const bool vla = P.a.mech == VLACU_VLA;
     /* The Gram prefix summed in apart_kernel (no cp_prefix launch) when the last segment's block
-     * has at most fold_max parts to add (dk = 32: 16 loads a thread a round trip, two round trips;
-     * cp_prefix is a launch and about 7 us; 64 parts were no faster, session 6 run4) */
+     * has at most fold_max parts to add (dk = 32: 8 parts a round trip; cp_prefix is a launch and
+     * about 5 us). 64 since session 13: with the 63 parts of (1,4,32) T = 8192 the forward was 2.4%
+     * faster (0.1301 / 0.1297 against 0.1332 / 0.1333 ms gated, run 4; session 6 had found 64 no
+     * faster, before the fold's loads were batched); 128 made T = 32768's 126 parts 0.8% slower */
     static const int fold_env = [] {
         const char *e = getenv("VLA_CP_FOLD");
         return e && *e ? atoi(e) : -1;
     }();
-    const int fold_max = !fold_here<DK>() ? 0 : fold_env >= 0 ? fold_env : 32;
+    const int fold_max = !fold_here<DK>() ? 0 : fold_env >= 0 ? fold_env : 64;
     Pp.fold = vla && P.nseg > 1 && (P.nseg - 1) * P.gparts <= fold_max ? 1 : 0;
     if (kt.on && cudaMalloc((void **)&kt.prof, 64 * sizeof(long long)) == cudaSuccess) {
         cudaMemset(kt.prof, 0, 64 * sizeof(long long));
@@ -1943,7 +1946,15 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
     } else if (DK == 32 && quad) { /* four threads an entry of X (walk_quad_kernel) */
         const unsigned nq = (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS);
-        if ((e = cp_launch(walk_quad_kernel<2, W_PLAIN>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
+        /* three steps of P in flight: the 32 steps of (1,4,32) T = 2048 took 15.2k cycles against 16.9k
+         * with two, and the forward 1% less (session 13 run 5; the scan over segment maps keeps two:
+         * three there made T = 8192 1.5% slower, run 4). VLA_CP_QW_AHEAD=2 (development): two */
+        static const bool ahead2 = [] {
+            const char *e = getenv("VLA_CP_QW_AHEAD");
+            return e && e[0] == '2';
+        }();
+        const kfn kq = ahead2 ? walk_quad_kernel<2, W_PLAIN> : walk_quad_kernel<3, W_PLAIN>;
+        if ((e = cp_launch(kq, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
     } else if (DK == 32 && bv <= 16) { /* P's rows in registers (walk_rows_kernel); static shared memory only */
         /* two chunks ahead (96 registers of P rows, one block a multiprocessor) when the blocks fit one a
          * multiprocessor: one ahead left each step waiting on its loads (about 900 cycles a step) */
@@ -2082,6 +2093,13 @@ extern "C" int vlacu_chunkpar_ok(int dk, int dv, int chunk, int refresh, const v
  * minimises waves x (S + r), two blocks a multiprocessor. */
 int chunkpar_seg(const vlacu_args &a, const vlacu_device &dev, int nch) {
     if (a.mech != VLACU_VLA) return 1; /* no A part: nothing to amortise */
+    /* VLA_CP_SEG=S (development): S chunks a segment. (1,4,32) T = 8192 picks 2: 1 (512 blocks, three
+     * a multiprocessor) was 12% slower, 4 was 50% slower (session 13 run 3) */
+    static const int seg_env = [] {
+        const char *e = getenv("VLA_CP_SEG");
+        return e && *e ? atoi(e) : 0;
+    }();
+    if (seg_env >= 1) return seg_env < nch ? seg_env : (nch > 0 ? nch : 1);
     const double r = chunkpar_dk(a) == 64 ? 1.5 : 0.4;
     const long long heads = (long long)a.B * a.H, slots = 2LL * (dev.sm_count > 0 ? dev.sm_count : 1);
     int best = 1;
@@ -2110,7 +2128,16 @@ int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch) {
     return blocks > 2 * sms ? (chunkpar_dk(a) == 32 ? 4 : 3) : 2;
 }
 
-int chunkpar_gram_parts(int seg) { return (seg + cp::GRAM_SUB - 1) / cp::GRAM_SUB; }
+int chunkpar_gram_parts(int seg) {
+    /* VLA_CP_GRAM_SUB=N (development): N chunks a gram_kernel block at most. At (1,4,32) T = 8192
+     * (segments of 2 chunks) 1 was 1% slower than GRAM_SUB's 2 (session 13 run 3) */
+    static const int sub = [] {
+        const char *e = getenv("VLA_CP_GRAM_SUB");
+        const int n = e && *e ? atoi(e) : 0;
+        return n >= 1 ? n : cp::GRAM_SUB;
+    }();
+    return (seg + sub - 1) / sub;
+}
 
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st, const vlacu_aux *aux) {
     return chunkpar_dk(p.a) == 32 ? cp::run<32>(p, bv, st, aux) : cp::run<64>(p, bv, st, aux);
