@@ -14,6 +14,7 @@
 # AB_TREES ("name:dir": more source trees, e.g. "mid:.ab/mid").
 # Session 9 added: AB_GATE (microseconds; every configuration is timed a second time with
 # bench_cuda_targets --gate, which needs that option in the old tree's benchmark too).
+# Session 14 added: AB_CHECKS (builds to run `vla-check --backend cuda` with, after the tests).
 # (Runs 2-4 of benchmarks/results/2026-11-30-h200-session5 used earlier states of this script
 # with development switches since removed; that folder's README lists them.)
 set -uo pipefail
@@ -27,7 +28,7 @@ log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
 source "$ROOT/benchmarks/h200_env.sh"
 build() { # src dir, build dir, extra CUDA flags
   { cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DVLA_OPENCL=OFF ${3:+"-DCMAKE_CUDA_FLAGS=$3"} &&
-    cmake --build "$2" -j"$(nproc)" --target test_cuda bench_cuda_targets; } > "$W/build-$(basename "$2").log" 2>&1 ||
+    cmake --build "$2" -j"$(nproc)" --target test_cuda bench_cuda_targets ${AB_CHECKS:+vla-check}; } > "$W/build-$(basename "$2").log" 2>&1 ||
     { tail -30 "$W/build-$(basename "$2").log"; exit 1; }
 }
 build . "$ROOT/build-ab-new" & build .ab/old "$ROOT/build-ab-old" &
@@ -53,6 +54,10 @@ for c in ${AB_TESTS:-new}; do
   b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
   env "${envs[@]}" CK_FORK=no timeout 150 "$ROOT/build-ab-$b/tests/test_cuda" > "$W/test_cuda-${c//[:=]/_}.log" 2>&1
   log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-${c//[:=]/_}.log")"
+done
+for b in ${AB_CHECKS:-}; do
+  timeout 120 "$ROOT/build-ab-$b/tools/vla-check" --backend cuda > "$W/vla-check-$b.txt" 2>&1
+  log "vla-check $b exit $?: $(grep -E "passed" "$W/vla-check-$b.txt" | tail -n 1)"
 done
 for c in ${AB_PROFILE_CONFIGS:-old new}; do
   b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})

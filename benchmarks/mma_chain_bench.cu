@@ -9,6 +9,10 @@
  * clock64() cycles a round per warp divided by the mma a round, for 1 warp a block and for 8
  * (two a sub-partition), one block a multiprocessor.
  *
+ * Session 14 added two rows per configuration (OP): the FP64 tensor-core step (mma.sync m8n8k4
+ * .f64, 512 FLOP against m16n8k8 .tf32's 2048) and the float-to-double conversion (cvt.f64.f32,
+ * independent, CH a round), to see whether FP64 tiles on float operands could replace 4xTF32.
+ *
  * Build and run (on the device): nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/mma_chain_bench.cu
  *   -o mma_bench && ./mma_bench */
 #include <cuda_runtime.h>
@@ -18,6 +22,57 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void dmma(double (&d)[2], double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a), "d"(b));
+}
+
+template <int CH, int DEP, int ITER> __global__ void dchains(float *out, long long *cyc, unsigned seed) {
+    const double a = 1.0 + 1e-3 * (seed & 7) * threadIdx.x, b = 1.0 - 1e-3 * threadIdx.x;
+    double d[CH][2];
+#pragma unroll
+    for (int c = 0; c < CH; c++) d[c][0] = d[c][1] = 0.0;
+    __syncwarp();
+    const long long t0 = clock64();
+#pragma unroll 1
+    for (int it = 0; it < ITER; it++)
+#pragma unroll
+        for (int s = 0; s < DEP; s++)
+#pragma unroll
+            for (int c = 0; c < CH; c++) dmma(d[c], a, b);
+    __syncwarp();
+    const long long t1 = clock64();
+    double x = 0.0;
+#pragma unroll
+    for (int c = 0; c < CH; c++) x += d[c][0] + d[c][1];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = (float)x;
+    if ((threadIdx.x & 31) == 0) cyc[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = t1 - t0;
+}
+
+/* CH x DEP independent float-to-double conversions a round (DEP only repeats them). */
+template <int CH, int DEP, int ITER> __global__ void cvts(float *out, long long *cyc, unsigned seed) {
+    float f[CH];
+    double d[CH];
+#pragma unroll
+    for (int c = 0; c < CH; c++) f[c] = (float)(seed * (threadIdx.x + c)), d[c] = 0.0;
+    __syncwarp();
+    const long long t0 = clock64();
+#pragma unroll 1
+    for (int it = 0; it < ITER; it++)
+#pragma unroll
+        for (int s = 0; s < DEP; s++)
+#pragma unroll
+            for (int c = 0; c < CH; c++) asm volatile("cvt.f64.f32 %0, %1;" : "=d"(d[c]) : "f"(f[c]));
+    __syncwarp();
+    const long long t1 = clock64();
+    double x = 0.0;
+#pragma unroll
+    for (int c = 0; c < CH; c++) x += d[c];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = (float)x;
+    if ((threadIdx.x & 31) == 0) cyc[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = t1 - t0;
 }
 
 template <int CH, int DEP, int ITER> __global__ void chains(float *out, long long *cyc, unsigned seed) {
@@ -48,7 +103,7 @@ template <int CH, int DEP, int ITER> __global__ void chains(float *out, long lon
     if ((threadIdx.x & 31) == 0) cyc[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = t1 - t0;
 }
 
-template <int CH, int DEP> static void run(int warps, int sms) {
+template <int CH, int DEP, int OP = 0> static void run(int warps, int sms) {
     constexpr int ITER = 512;
     float *out;
     long long *cyc;
@@ -56,7 +111,9 @@ template <int CH, int DEP> static void run(int warps, int sms) {
     cudaMalloc(&cyc, (size_t)sms * warps * sizeof(long long));
     long long best = -1;
     for (int rep = 0; rep < 5; rep++) {
-        chains<CH, DEP, ITER><<<sms, warps * 32>>>(out, cyc, 0x9e3779b9u + rep);
+        if (OP == 0) chains<CH, DEP, ITER><<<sms, warps * 32>>>(out, cyc, 0x9e3779b9u + rep);
+        if (OP == 1) dchains<CH, DEP, ITER><<<sms, warps * 32>>>(out, cyc, 0x9e3779b9u + rep);
+        if (OP == 2) cvts<CH, DEP, ITER><<<sms, warps * 32>>>(out, cyc, 0x9e3779b9u + rep);
         long long h[8 * 1024];
         cudaMemcpy(h, cyc, (size_t)sms * warps * sizeof(long long), cudaMemcpyDeviceToHost);
         long long mx = 0;
@@ -64,7 +121,7 @@ template <int CH, int DEP> static void run(int warps, int sms) {
         if (rep > 0 && (best < 0 || mx < best)) best = mx; /* the first launch warms up */
     }
     const cudaError_t e = cudaGetLastError();
-    printf("| %d | %d | %d | %.2f | %.2f |\n", warps, CH, DEP, (double)best / ITER, (double)best / ITER / (CH * DEP));
+    printf("| %s | %d | %d | %d | %.2f | %.2f |\n", OP == 0 ? "tf32 m16n8k8" : OP == 1 ? "f64 m8n8k4" : "cvt.f64.f32", warps, CH, DEP, (double)best / ITER, (double)best / ITER / (CH * DEP));
     if (e != cudaSuccess) printf("error: %s\n", cudaGetErrorString(e));
     cudaFree(out);
     cudaFree(cyc);
@@ -74,7 +131,7 @@ int main() {
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
     printf("%s, %d multiprocessors; mma.sync m16n8k8 .tf32, one block a multiprocessor\n\n", p.name, p.multiProcessorCount);
-    printf("| warps a block | chains a warp | dependent mma a chain | cycles a round | cycles an mma (per warp) |\n|--:|--:|--:|--:|--:|\n");
+    printf("| op | warps a block | chains a warp | dependent mma a chain | cycles a round | cycles an mma (per warp) |\n|---|--:|--:|--:|--:|--:|\n");
     const int sms = p.multiProcessorCount;
     for (int w : {1, 8}) {
         run<1, 4>(w, sms);
@@ -84,5 +141,13 @@ int main() {
         run<4, 1>(w, sms);
         run<8, 1>(w, sms);
     }
+    for (int w : {1, 8, 16}) {
+        run<1, 4, 1>(w, sms);
+        run<4, 4, 1>(w, sms);
+        run<8, 4, 1>(w, sms);
+        run<8, 1, 1>(w, sms);
+        run<8, 4, 2>(w, sms);
+    }
+    run<8, 4>(16, sms);
     return 0;
 }

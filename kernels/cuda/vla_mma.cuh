@@ -2,12 +2,14 @@
  * float32-class ones (sm_80+: TF32 mma.sync) and on FMA units elsewhere (sm_75).
  *
  * Precision: 3xTF32 (4xTF32 where FOUR says so, see mmb). Each float32 operand x is split into
- * big = tf32(x) and small = tf32(x - big) (tf32: 10 stored mantissa bits, round to nearest, ties
- * away), and a b ~ big_a big_b + big_a small_b + small_a big_b; the dropped small_a small_b term is below 2^-22 of |a b|. So a product keeps
- * about 21-22 of float32's 24 bits, where plain TF32 keeps 11 (relative error 2^-11: far outside
- * the 1e-5 the issue asks for). Each 8-deep step is summed from zero in the tensor core and added
- * to the float32 accumulator on the CUDA cores, rounded to nearest (the tensor core's own
- * additions truncate; see mmt).
+ * big = tf32(x) (tf32: 10 stored mantissa bits, round to nearest, ties away) and small = x - big,
+ * which the tensor core reads truncated to tf32 (since session 14; rounded before, see
+ * split_tf32), and a b ~ big_a big_b + big_a small_b + small_a big_b; the dropped small_a small_b
+ * term is below 2^-22 of |a b|. So a product keeps about 21 of float32's 24 bits, where plain TF32
+ * keeps 11 (relative error 2^-11: far outside the 1e-5 the issue asks for). The steps are summed
+ * from zero in the tensor core and added to the float32 accumulator on the CUDA cores, rounded to
+ * nearest (the tensor core's own additions truncate; see mmt): every 8-deep step in the A part's
+ * 4xTF32 products, every four (32 deep) in the others since session 14.
  *
  * Layout: a block of 8 warps computes an M x N product (M, N multiples of 16 and 8; M/16 tiles
  * spread over the warps first, then N/8). Each warp owns MT x NTL tiles of 16 x 8 and holds them
@@ -149,13 +151,42 @@ __device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u)
  * same product. VLA_TF32_FAST3 (development, A/B): CUTLASS's 3xTF32 default instead, big = x
  * truncated, small rounded: three instructions, one bit less on the cross terms (2^-21 of |x|
  * against 2^-22). */
-__device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &small) {
-#ifdef VLA_TF32_FAST3
-    big = f2u(x) & 0xffffe000u;
-#else
-    big = tf32_of(x);
+/* The split's cost (session 14): every fragment load splits, and at d = 64 the splits and the
+ * rounded adds were half of a product's instructions (Nsight Compute, session 10). So by default
+ * (VLA_SPLIT_CFG = 334, a development switch: xyz = x instructions a split in the 4xTF32
+ * products, y in the 3xTF32 ones and softmax, z = the 8-deep steps a 3xTF32 product sums in the
+ * tensor core between rounded adds, see mmt):
+ *  - OPS = 3: small = x - big is left to the tensor core's truncation instead of rounded (its
+ *    error is up to 2^-21 of |x| where rounding gave 2^-22; the fourth instruction goes);
+ *  - OPS = 2 (not used): big = x as it is (the tensor core reads its top 19 bits), small =
+ *    x - trunc(x), truncated in turn (up to 2^-20): 5.6x some tests' errors;
+ *  - OPS = 4: the rounded form above (441 is the form before session 14).
+ * H200, gated, against 441 (benchmarks/results/2026-12-01-h200-session14, run 3): (1,4,32)
+ * T = 2048 ... 131072 -2 to -5%, (8,16,64) T = 2048 and 32768 -8 and -9%; every test error within
+ * its bound, the largest 0.40 of it (as before); long-sequence errors 6.7e-7 against 3.5e-7. */
+#ifndef VLA_SPLIT_CFG
+#define VLA_SPLIT_CFG 334
 #endif
-    small = f2u(x - u2f(big)) + 0x1000u;
+constexpr int SPLIT_OPS_A = VLA_SPLIT_CFG / 100, SPLIT_OPS_S = VLA_SPLIT_CFG / 10 % 10, MMA_KG_S = VLA_SPLIT_CFG % 10;
+static_assert(SPLIT_OPS_A >= 2 && SPLIT_OPS_A <= 4 && SPLIT_OPS_S >= 2 && SPLIT_OPS_S <= 4 && MMA_KG_S >= 1 && MMA_KG_S <= 4,
+              "VLA_SPLIT_CFG");
+
+template <int OPS = 4>
+__device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &small) {
+    if constexpr (OPS == 2) {
+        big = f2u(x);
+        small = f2u(x - u2f(f2u(x) & 0xffffe000u));
+    } else if constexpr (OPS == 3) {
+        big = tf32_of(x);
+        small = f2u(x - u2f(big));
+    } else {
+#ifdef VLA_TF32_FAST3
+        big = f2u(x) & 0xffffe000u;
+#else
+        big = tf32_of(x);
+#endif
+        small = f2u(x - u2f(big)) + 0x1000u;
+    }
 }
 
 /* d += a b on one 16 x 8 x 8 tile (fragments as in the PTX ISA for mma.m16n8k8 .tf32). */
@@ -170,20 +201,32 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 #endif
 }
 
-/* acc[0..3] += a b on one 16 x 8 x 8 tile from split fragments (big ab, bb; small as, bs): the
- * three products (four with FOUR: small small too) summed from zero in the tensor core, then added
- * to acc on the CUDA cores, rounded to nearest (see mmt). */
+/* d += a b on one 16 x 8 x 8 tile from split fragments (big ab, bb; small as, bs), all inside the
+ * tensor core: the three products (four with FOUR: small small too). */
 template <bool FOUR = false>
-__device__ __forceinline__ void mma_split(float *acc, const unsigned (&ab)[4], const unsigned (&as)[4],
+__device__ __forceinline__ void mma_chain(float (&d)[4], const unsigned (&ab)[4], const unsigned (&as)[4],
                                           const unsigned (&bb)[2], const unsigned (&bs)[2]) {
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (FOUR) mma_tf32(d, as, bs);
     mma_tf32(d, as, bb);
     mma_tf32(d, ab, bs);
     mma_tf32(d, ab, bb);
+}
+
+/* acc[0..3] += a b on one tile: mma_chain summed from zero, then added to acc on the CUDA cores,
+ * rounded to nearest (see mmt). */
+template <bool FOUR = false>
+__device__ __forceinline__ void mma_split(float *acc, const unsigned (&ab)[4], const unsigned (&as)[4],
+                                          const unsigned (&bb)[2], const unsigned (&bs)[2]) {
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_chain<FOUR>(d, ab, as, bb, bs);
 #pragma unroll
     for (int q = 0; q < 4; q++) acc[q] += d[q];
 }
+
+/* 8-deep steps a product sums inside the tensor core before each rounded add to its accumulator:
+ * one in the A part's 4xTF32 products (whose cancellation shows every rounding), MMA_KG_S in the
+ * others. */
+template <bool FOUR> constexpr int MMA_KG = FOUR ? 1 : MMA_KG_S;
 
 template <int M, int N> struct ttile {
     static constexpr int WARPS = 8;
@@ -208,32 +251,49 @@ template <int M, int N, int K, bool TA, bool TB, bool FOUR = false>
 __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int ldb, float (&acc)[ttile<M, N>::NE]) {
     typedef ttile<M, N> bl;
     static_assert(K % 8 == 0, "K must be a multiple of 8");
+    /* The tensor core adds with truncation: a 64-deep chain inside it drifted 5x past the float32
+     * error (A_final 2.2e-5 against 4.7e-6 at one ill-conditioned test case on the H200, a 4xTF32
+     * product). So KG 8-deep steps (one in the A part, MMA_KG_S elsewhere) start from zero there
+     * and are added to the accumulator here, rounded to nearest. */
+    constexpr int KG = K % (8 * MMA_KG<FOUR>) == 0 ? MMA_KG<FOUR> : 1, NT = bl::MT * bl::NTL;
     const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
-#pragma unroll 2
-    for (int k0 = 0; k0 < K; k0 += 8) {
-        unsigned ab[bl::MT][4], as[bl::MT][4];
+#pragma unroll(KG == 1 ? 2 : 1)
+    for (int k0 = 0; k0 < K; k0 += 8 * KG) {
+        float d[KG > 1 ? NT : 1][4]; /* KG > 1: the tiles' sums in the tensor core */
 #pragma unroll
-        for (int mi = 0; mi < bl::MT; mi++)
+        for (int i = 0; i < (KG > 1 ? NT : 0); i++) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k0 + t + (q >> 1) * 4;
-                split_tf32(TA ? A[p * lda + r] : A[r * lda + p], ab[mi][q], as[mi][q]);
+        for (int kk = 0; kk < KG; kk++) {
+            const int k1 = k0 + 8 * kk;
+            unsigned ab[bl::MT][4], as[bl::MT][4];
+#pragma unroll
+            for (int mi = 0; mi < bl::MT; mi++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k1 + t + (q >> 1) * 4;
+                    split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TA ? A[p * lda + r] : A[r * lda + p], ab[mi][q], as[mi][q]);
+                }
+#pragma unroll
+            for (int ni = 0; ni < bl::NTL; ni++) {
+                unsigned bb[2], bs[2];
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int c = bl::ncol(ni) + g, p = k1 + t + q * 4;
+                    split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TB ? B[c * ldb + p] : B[p * ldb + c], bb[q], bs[q]);
+                }
+#pragma unroll
+                for (int mi = 0; mi < bl::MT; mi++) {
+                    if constexpr (KG == 1)
+                        mma_split<FOUR>(acc + (mi * bl::NTL + ni) * 4, ab[mi], as[mi], bb, bs);
+                    else
+                        mma_chain<FOUR>(d[mi * bl::NTL + ni], ab[mi], as[mi], bb, bs);
+                }
             }
-#pragma unroll
-        for (int ni = 0; ni < bl::NTL; ni++) {
-            unsigned bb[2], bs[2];
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-                const int c = bl::ncol(ni) + g, p = k0 + t + q * 4;
-                split_tf32(TB ? B[c * ldb + p] : B[p * ldb + c], bb[q], bs[q]);
-            }
-            /* The tensor core adds with truncation: a 64-deep chain inside it drifted 5x past the
-             * float32 error (A_final 2.2e-5 against 4.7e-6 at one ill-conditioned test case on the
-             * H200). So each 8-deep step starts from zero there and is added to the accumulator
-             * here, rounded to nearest (mma_split). */
-#pragma unroll
-            for (int mi = 0; mi < bl::MT; mi++) mma_split<FOUR>(acc + (mi * bl::NTL + ni) * 4, ab[mi], as[mi], bb, bs);
         }
+#pragma unroll
+        for (int i = 0; i < (KG > 1 ? NT : 0); i++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i * 4 + q] += d[i][q];
     }
 }
 
@@ -248,40 +308,61 @@ __device__ __forceinline__ void mmt2(const float *A1, const float *A2, int lda, 
     typedef ttile<M, N> bl;
     static_assert(K % 8 == 0, "K must be a multiple of 8");
     static_assert(!(SAME_A && SAME_B), "two different products");
+    constexpr int KG = K % (8 * MMA_KG<FOUR>) == 0 ? MMA_KG<FOUR> : 1, NT = bl::MT * bl::NTL;
     const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
-#pragma unroll 2
-    for (int k0 = 0; k0 < K; k0 += 8) {
-        unsigned ab[2][bl::MT][4], as[2][bl::MT][4];
+#pragma unroll(KG == 1 ? 2 : 1)
+    for (int k0 = 0; k0 < K; k0 += 8 * KG) {
+        float d1[KG > 1 ? NT : 1][4], d2[KG > 1 ? NT : 1][4]; /* as mmt's d */
 #pragma unroll
-        for (int o = 0; o < (SAME_A ? 1 : 2); o++) {
-            const float *A = o == 0 ? A1 : A2;
+        for (int i = 0; i < (KG > 1 ? NT : 0); i++)
 #pragma unroll
-            for (int mi = 0; mi < bl::MT; mi++)
+            for (int q = 0; q < 4; q++) d1[i][q] = d2[i][q] = 0.0f;
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k0 + t + (q >> 1) * 4;
-                    split_tf32(TA ? A[p * lda + r] : A[r * lda + p], ab[o][mi][q], as[o][mi][q]);
+        for (int kk = 0; kk < KG; kk++) {
+            const int k1 = k0 + 8 * kk;
+            unsigned ab[2][bl::MT][4], as[2][bl::MT][4];
+#pragma unroll
+            for (int o = 0; o < (SAME_A ? 1 : 2); o++) {
+                const float *A = o == 0 ? A1 : A2;
+#pragma unroll
+                for (int mi = 0; mi < bl::MT; mi++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k1 + t + (q >> 1) * 4;
+                        split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TA ? A[p * lda + r] : A[r * lda + p], ab[o][mi][q],
+                                                                     as[o][mi][q]);
+                    }
+            }
+#pragma unroll
+            for (int ni = 0; ni < bl::NTL; ni++) {
+                unsigned bb[2][2], bs[2][2];
+#pragma unroll
+                for (int o = 0; o < (SAME_B ? 1 : 2); o++) {
+                    const float *B = o == 0 ? B1 : B2;
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        const int c = bl::ncol(ni) + g, p = k1 + t + q * 4;
+                        split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TB ? B[c * ldb + p] : B[p * ldb + c], bb[o][q], bs[o][q]);
+                    }
                 }
-        }
+                constexpr int a2 = SAME_A ? 0 : 1, b2 = SAME_B ? 0 : 1;
 #pragma unroll
-        for (int ni = 0; ni < bl::NTL; ni++) {
-            unsigned bb[2][2], bs[2][2];
-#pragma unroll
-            for (int o = 0; o < (SAME_B ? 1 : 2); o++) {
-                const float *B = o == 0 ? B1 : B2;
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const int c = bl::ncol(ni) + g, p = k0 + t + q * 4;
-                    split_tf32(TB ? B[c * ldb + p] : B[p * ldb + c], bb[o][q], bs[o][q]);
+                for (int mi = 0; mi < bl::MT; mi++) {
+                    const int e = mi * bl::NTL + ni;
+                    if constexpr (KG == 1) {
+                        mma_split<FOUR>(acc1 + e * 4, ab[0][mi], as[0][mi], bb[0], bs[0]);
+                        mma_split<FOUR>(acc2 + e * 4, ab[a2][mi], as[a2][mi], bb[b2], bs[b2]);
+                    } else {
+                        mma_chain<FOUR>(d1[e], ab[0][mi], as[0][mi], bb[0], bs[0]);
+                        mma_chain<FOUR>(d2[e], ab[a2][mi], as[a2][mi], bb[b2], bs[b2]);
+                    }
                 }
             }
-            constexpr int a2 = SAME_A ? 0 : 1, b2 = SAME_B ? 0 : 1;
-#pragma unroll
-            for (int mi = 0; mi < bl::MT; mi++) {
-                mma_split<FOUR>(acc1 + (mi * bl::NTL + ni) * 4, ab[0][mi], as[0][mi], bb[0], bs[0]);
-                mma_split<FOUR>(acc2 + (mi * bl::NTL + ni) * 4, ab[a2][mi], as[a2][mi], bb[b2], bs[b2]);
-            }
         }
+#pragma unroll
+        for (int i = 0; i < (KG > 1 ? NT : 0); i++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc1[i * 4 + q] += d1[i][q], acc2[i * 4 + q] += d2[i][q];
     }
 }
 
@@ -295,9 +376,9 @@ __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B
     for (int k0 = 0; k0 < kn; k0 += 8) {
         unsigned ab[4], as[4], bb[2], bs[2];
 #pragma unroll
-        for (int q = 0; q < 4; q++) split_tf32(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
+        for (int q = 0; q < 4; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
 #pragma unroll
-        for (int q = 0; q < 2; q++) split_tf32(TB ? B[g * ldb + k0 + t + q * 4] : B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
+        for (int q = 0; q < 2; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TB ? B[g * ldb + k0 + t + q * 4] : B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
         mma_split<FOUR>(d, ab, as, bb, bs);
     }
 }

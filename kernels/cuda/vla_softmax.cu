@@ -230,12 +230,12 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
             unsigned ab[4], as[4];
 #pragma unroll
             for (int q = 0; q < 4; q++)
-                split_tf32(Qs[(16 * warp + g + (q & 1) * 8) * ldk + k0 + t + (q >> 1) * 4], ab[q], as[q]);
+                split_tf32<cp::SPLIT_OPS_S>(Qs[(16 * warp + g + (q & 1) * 8) * ldk + k0 + t + (q >> 1) * 4], ab[q], as[q]);
 #pragma unroll
             for (int ni = 0; ni < 8; ni++) {
                 unsigned bb[2], bs[2];
 #pragma unroll
-                for (int q = 0; q < 2; q++) split_tf32(Ks[(ni * 8 + g) * ldk + k0 + t + q * 4], bb[q], bs[q]);
+                for (int q = 0; q < 2; q++) split_tf32<cp::SPLIT_OPS_S>(Ks[(ni * 8 + g) * ldk + k0 + t + q * 4], bb[q], bs[q]);
                 mma_split(s + ni * 4, ab, as, bb, bs);
             }
         }
@@ -275,16 +275,16 @@ template <int DK, int DV> __global__ void __launch_bounds__(NT, 2) softmax_tc_ke
 #pragma unroll
             for (int kb = 0; kb < 8; kb++) {
                 unsigned ab[4], as[4];
-                split_tf32(s[kb * 4 + 0], ab[0], as[0]); /* row g,     key 2t     */
-                split_tf32(s[kb * 4 + 2], ab[1], as[1]); /* row g + 8, key 2t     */
-                split_tf32(s[kb * 4 + 1], ab[2], as[2]); /* row g,     key 2t + 1 */
-                split_tf32(s[kb * 4 + 3], ab[3], as[3]); /* row g + 8, key 2t + 1 */
+                split_tf32<cp::SPLIT_OPS_S>(s[kb * 4 + 0], ab[0], as[0]); /* row g,     key 2t     */
+                split_tf32<cp::SPLIT_OPS_S>(s[kb * 4 + 2], ab[1], as[1]); /* row g + 8, key 2t     */
+                split_tf32<cp::SPLIT_OPS_S>(s[kb * 4 + 1], ab[2], as[2]); /* row g,     key 2t + 1 */
+                split_tf32<cp::SPLIT_OPS_S>(s[kb * 4 + 3], ab[3], as[3]); /* row g + 8, key 2t + 1 */
                 const float *v0 = Vs + (kb * 8 + 2 * t) * ldv;
 #pragma unroll
                 for (int nd = 0; nd < NDV; nd++) {
                     unsigned bb[2], bs[2];
-                    split_tf32(v0[nd * 8 + g], bb[0], bs[0]);
-                    split_tf32(v0[ldv + nd * 8 + g], bb[1], bs[1]);
+                    split_tf32<cp::SPLIT_OPS_S>(v0[nd * 8 + g], bb[0], bs[0]);
+                    split_tf32<cp::SPLIT_OPS_S>(v0[ldv + nd * 8 + g], bb[1], bs[1]);
                     mma_split(o + nd * 4, ab, as, bb, bs);
                 }
             }
