@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(VLACU_NT) softmax_kernel(const vlacu_args a, i
  * left operand of P V: the A fragment wants columns t and t + 4 of each 8-key block, the lane
  * holds 2t and 2t + 1, so the keys of a block are taken in the order (0 2 4 6 1 3 5 7) for P and
  * V alike (a sum does not care), and no P tile goes through shared memory. Products are 3xTF32
- * as in vla_mma.cuh (each operand split in big and small tf32 parts, 8-deep steps added to the
- * float32 accumulators on the CUDA cores). Scores are kept in log2 units (scale log2(e) folded
+ * as in vla_mma.cuh (each operand split in big and small tf32 parts by its 3xTF32 split,
+ * SPLIT_OPS_S; every 8-deep step added to the float32 accumulators on the CUDA cores). Scores are kept in log2 units (scale log2(e) folded
  * in), so p = exp2(s - m). Key tiles arrive by cp.async into two buffers: the next tile loads
  * while this one computes. Blocks start with the last query tiles (the longest rows). With few
  * query tiles (softmax_tc_nsplit: fewer blocks than two a multiprocessor) each tile's key tiles
