@@ -15,6 +15,8 @@
 # Session 9 added: AB_GATE (microseconds; every configuration is timed a second time with
 # bench_cuda_targets --gate, which needs that option in the old tree's benchmark too).
 # Session 14 added: AB_CHECKS (builds to run `vla-check --backend cuda` with, after the tests).
+# Session 15: a configuration may set several variables, and a build take several flags, commas
+# between them ("new:A=1,B=0", "name:-DX=1,-DY=2").
 # (Runs 2-4 of benchmarks/results/2026-11-30-h200-session5 used earlier states of this script
 # with development switches since removed; that folder's README lists them.)
 set -uo pipefail
@@ -32,7 +34,7 @@ build() { # src dir, build dir, extra CUDA flags
     { tail -30 "$W/build-$(basename "$2").log"; exit 1; }
 }
 build . "$ROOT/build-ab-new" & build .ab/old "$ROOT/build-ab-old" &
-for x in ${AB_BUILDS:-}; do build . "$ROOT/build-ab-${x%%:*}" "${x#*:}" & done # name:flags, the working tree
+for x in ${AB_BUILDS:-}; do f=${x#*:}; build . "$ROOT/build-ab-${x%%:*}" "${f//,/ }" & done # name:flags (commas between them), the working tree
 for x in ${AB_TREES:-}; do build "${x#*:}" "$ROOT/build-ab-${x%%:*}" & done # name:dir (an ignored folder, carried)
 wait
 log "built"
@@ -42,7 +44,7 @@ shapes=(); for s in ${AB_SHAPES:-1,4,32,2048 1,4,32,8192 8,16,64,2048}; do shape
 CONFIGS=${AB_CONFIGS:-"old new"}
 for round in 1 2; do
   for c in $CONFIGS; do
-    b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
+    b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:}); envs=(${envs[*]//,/ })
     for gate in "" ${AB_GATE:+$AB_GATE}; do # AB_GATE=us (session 9): each configuration also gated (GPU time alone)
       f="$W/bench-r$round-${c//[:=]/_}${gate:+-gate}.txt"
       env "${envs[@]}" timeout 120 "$(bench "$b")" --no-limits ${gate:+--gate $gate} --only vla-chunked,delta "${shapes[@]}" > "$f.md" 2> "$f"
@@ -51,7 +53,7 @@ for round in 1 2; do
   done
 done
 for c in ${AB_TESTS:-new}; do
-  b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
+  b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:}); envs=(${envs[*]//,/ })
   env "${envs[@]}" CK_FORK=no timeout 150 "$ROOT/build-ab-$b/tests/test_cuda" > "$W/test_cuda-${c//[:=]/_}.log" 2>&1
   log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-${c//[:=]/_}.log")"
 done
@@ -60,7 +62,7 @@ for b in ${AB_CHECKS:-}; do
   log "vla-check $b exit $?: $(grep -E "passed" "$W/vla-check-$b.txt" | tail -n 1)"
 done
 for c in ${AB_PROFILE_CONFIGS:-old new}; do
-  b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:})
+  b=${c%%:*}; envs=(); [ "$c" != "$b" ] && envs=(${c#*:}); envs=(${envs[*]//,/ })
   for s in ${AB_PROFILE:-1,4,32,2048 8,16,64,2048}; do
     echo "== $c shape $s" >> "$W/profile.txt"
     env "${envs[@]}" VLA_CUDA_KERNEL_TIMES=1 timeout 60 "$(bench $b)" --no-limits --quick ${AB_GATE:+--gate $AB_GATE} --only vla-chunked,delta --shape "$s" 2>&1 |

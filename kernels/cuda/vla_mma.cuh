@@ -17,10 +17,12 @@
  * rows g and g + 8, columns 2t and 2t + 1 of a tile. blk<M, N>::row(e) / col(e) name the output
  * entry of accumulator e, so that an epilogue is written once for both forms.
  *
- * Shared-memory leading dimensions of operands: ld = 5 (mod 32) keeps both fragment patterns
- * (rows g, columns t, and the transpose) within 2-way bank conflicts (ld = 1 (mod 32) gives
- * 4-way), and odd keeps the FMA form's column reads conflict-free. (9 (mod 32) would be
- * conflict-free for one pattern, but dk = 32 then needs more than a T4's 64 KiB a block.) */
+ * Shared-memory leading dimensions of operands: ld = 4 (mod 32) since session 15. A K-contiguous
+ * fragment (A[r * ld + p]: rows g, columns t) is then conflict-free (bank 4g + t) and the
+ * transpose (B[p * ld + c]: bank 4t + g (+ 16)) 2-way; ld = 5 (mod 32), before, gave 2-way on both,
+ * and the H200 ran 1-3% slower with it (benchmarks/results/2026-12-01-h200-session15; 8 (mod 32),
+ * the other way round, was between the two). Even ld costs the FMA form (sm_75) its conflict-free
+ * column reads (TB: B[c * ld + p] over 16 consecutive c, now 2-way); a T4 has not timed either. */
 #ifndef VLA_MMA_CUH
 #define VLA_MMA_CUH
 
@@ -36,7 +38,12 @@ namespace vlacu {
 namespace cp {
 
 constexpr int NT = 256; /* threads of every chunk-parallel kernel: 8 warps */
-constexpr int LD_PAD = 5; /* leading dimension = columns + LD_PAD (columns are multiples of 32) */
+/* Leading dimension = columns + LD_PAD (columns are multiples of 32): 4 since session 15, see the
+ * top of this file; VLA_LD_PAD (development) sets it, 5 gives session 14's layout. */
+#ifndef VLA_LD_PAD
+#define VLA_LD_PAD 4
+#endif
+constexpr int LD_PAD = VLA_LD_PAD;
 
 /* Thread tiling of an M x N block product over NT threads: TX threads along the columns, TY
  * along the rows; thread (tx, ty) owns rows ty + TY*i (i < RM) and columns tx + TX*j (j < RN).
@@ -189,6 +196,29 @@ __device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &sma
     }
 }
 
+/* Fragment loads of one 8-deep step at k1 (PTX ISA, mma.m16n8k8 .tf32), unsplit: the left
+ * operand's rows r and r + 8 (A[r * lda + p], or A[p * lda + r] when TA) into a[0..3], the right
+ * operand's column c (B[p * ldb + c], or B[c * ldb + p] when TB) into b[0..1]. (Session 15 tried
+ * each step's k in pairs, mma slot t <-> column 2t and t + 4 <-> 2t + 1, so that a K-contiguous
+ * operand's two values are one 8-byte load: with LD_PAD 4 or 8 it was 1% slower to 1% faster on
+ * VLA and up to 7% slower on DeltaNet, benchmarks/results/2026-12-01-h200-session15.) */
+template <bool TA>
+__device__ __forceinline__ void frag_a(const float *A, int lda, int r, int k1, int t, float (&a)[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int rr = r + (q & 1) * 8, p = k1 + t + (q >> 1) * 4;
+        a[q] = TA ? A[p * lda + rr] : A[rr * lda + p];
+    }
+}
+template <bool TB>
+__device__ __forceinline__ void frag_b(const float *B, int ldb, int c, int k1, int t, float (&b)[2]) {
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        const int p = k1 + t + q * 4;
+        b[q] = TB ? B[c * ldb + p] : B[p * ldb + c];
+    }
+}
+
 /* d += a b on one 16 x 8 x 8 tile (fragments as in the PTX ISA for mma.m16n8k8 .tf32). */
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
 #ifdef VLA_CUDA_EMU
@@ -267,20 +297,19 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
             const int k1 = k0 + 8 * kk;
             unsigned ab[bl::MT][4], as[bl::MT][4];
 #pragma unroll
-            for (int mi = 0; mi < bl::MT; mi++)
+            for (int mi = 0; mi < bl::MT; mi++) {
+                float x[4];
+                frag_a<TA>(A, lda, bl::mrow(mi) + g, k1, t, x);
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k1 + t + (q >> 1) * 4;
-                    split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TA ? A[p * lda + r] : A[r * lda + p], ab[mi][q], as[mi][q]);
-                }
+                for (int q = 0; q < 4; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(x[q], ab[mi][q], as[mi][q]);
+            }
 #pragma unroll
             for (int ni = 0; ni < bl::NTL; ni++) {
                 unsigned bb[2], bs[2];
+                float y[2];
+                frag_b<TB>(B, ldb, bl::ncol(ni) + g, k1, t, y);
 #pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const int c = bl::ncol(ni) + g, p = k1 + t + q * 4;
-                    split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TB ? B[c * ldb + p] : B[p * ldb + c], bb[q], bs[q]);
-                }
+                for (int q = 0; q < 2; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(y[q], bb[q], bs[q]);
 #pragma unroll
                 for (int mi = 0; mi < bl::MT; mi++) {
                     if constexpr (KG == 1)
@@ -325,13 +354,12 @@ __device__ __forceinline__ void mmt2(const float *A1, const float *A2, int lda, 
             for (int o = 0; o < (SAME_A ? 1 : 2); o++) {
                 const float *A = o == 0 ? A1 : A2;
 #pragma unroll
-                for (int mi = 0; mi < bl::MT; mi++)
+                for (int mi = 0; mi < bl::MT; mi++) {
+                    float x[4];
+                    frag_a<TA>(A, lda, bl::mrow(mi) + g, k1, t, x);
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int r = bl::mrow(mi) + g + (q & 1) * 8, p = k1 + t + (q >> 1) * 4;
-                        split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TA ? A[p * lda + r] : A[r * lda + p], ab[o][mi][q],
-                                                                     as[o][mi][q]);
-                    }
+                    for (int q = 0; q < 4; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(x[q], ab[o][mi][q], as[o][mi][q]);
+                }
             }
 #pragma unroll
             for (int ni = 0; ni < bl::NTL; ni++) {
@@ -339,11 +367,10 @@ __device__ __forceinline__ void mmt2(const float *A1, const float *A2, int lda, 
 #pragma unroll
                 for (int o = 0; o < (SAME_B ? 1 : 2); o++) {
                     const float *B = o == 0 ? B1 : B2;
+                    float y[2];
+                    frag_b<TB>(B, ldb, bl::ncol(ni) + g, k1, t, y);
 #pragma unroll
-                    for (int q = 0; q < 2; q++) {
-                        const int c = bl::ncol(ni) + g, p = k1 + t + q * 4;
-                        split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TB ? B[c * ldb + p] : B[p * ldb + c], bb[o][q], bs[o][q]);
-                    }
+                    for (int q = 0; q < 2; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(y[q], bb[o][q], bs[o][q]);
                 }
                 constexpr int a2 = SAME_A ? 0 : 1, b2 = SAME_B ? 0 : 1;
 #pragma unroll
@@ -375,10 +402,13 @@ __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B
 #pragma unroll 2 /* two 8-deep steps in one block: their tensor-core chains overlap (kn is often not a constant) */
     for (int k0 = 0; k0 < kn; k0 += 8) {
         unsigned ab[4], as[4], bb[2], bs[2];
+        float x[4], y[2];
+        frag_a<false>(A, lda, g, k0, t, x);
+        frag_b<TB>(B, ldb, g, k0, t, y);
 #pragma unroll
-        for (int q = 0; q < 4; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(A[(g + (q & 1) * 8) * lda + k0 + t + (q >> 1) * 4], ab[q], as[q]);
+        for (int q = 0; q < 4; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(x[q], ab[q], as[q]);
 #pragma unroll
-        for (int q = 0; q < 2; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(TB ? B[g * ldb + k0 + t + q * 4] : B[(k0 + t + q * 4) * ldb + g], bb[q], bs[q]);
+        for (int q = 0; q < 2; q++) split_tf32<FOUR ? SPLIT_OPS_A : SPLIT_OPS_S>(y[q], bb[q], bs[q]);
         mma_split<FOUR>(d, ab, as, bb, bs);
     }
 }
