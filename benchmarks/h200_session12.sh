@@ -34,7 +34,7 @@ source "$ROOT/benchmarks/h200_env.sh" # (the loader path for the unpacked packag
 } 2>&1 | tee "$OUT/sweep.txt"
 {
   for c in ${TL_CONFIGS:-}; do
-    envs=(); [ "$c" != "${c%%:*}" ] && envs=(${c#*:})
+    envs=(); [ "$c" != "${c%%:*}" ] && envs=(${c#*:}); envs=(${envs[*]//,/ }) # (commas between variables)
     for s in ${TL_SHAPES:-1,4,32,2048 1,4,32,8192 1,4,32,32768 8,16,64,2048}; do
       echo "== $c $s"
       env "${envs[@]}" VLA_CP_TIMELINE=1 timeout 60 "$TLB" --no-limits --quick --only vla-chunked,delta --shape "$s" 2>&1 |

@@ -117,6 +117,13 @@ static const cu_case cases[] = {
     {.name = "vla C4 T300 walk segments, states in place", .mech = VL, .B = 1, .T = 300, .H = 1, .dk = 20, .dv = 40,
      .chunk = 4, .with_states = 1, .inplace = 1},
     {.name = "vla C4 T260 dk48 walk segments", .mech = VL, .B = 1, .T = 260, .H = 1, .dk = 48, .dv = 24, .chunk = 4},
+    /* 65 chunks of 4 at dk, dv <= 32: the segmented walk with the A part forming the output's first
+     * half (P.outfold, sm_80+; (1,4,32) T = 8192 and 32768 run it) and summing the Gram prefix itself
+     * (P.fold; T = 8192), which no case above takes (dv or dk > 32 there) */
+    {.name = "vla C4 T260 dk20 dv24 walk segments, output folded, states", .mech = VL, .B = 1, .T = 260, .H = 1,
+     .dk = 20, .dv = 24, .chunk = 4, .with_states = 1, .t0 = 2},
+    {.name = "vla C4 T258 B2 dk32 dv32 u elu1 walk segments, output folded", .mech = VL, .B = 2, .T = 258, .H = 1,
+     .dk = 32, .dv = 32, .chunk = 4, .with_u = 1, .elu1 = 1},
     {.name = "vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
      .lambda0 = 1.0},
     {.name = "vla u given C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16, .with_u = 1},
