@@ -8,7 +8,8 @@
 #    (programmatic dependent launch, the second stream), from the build "tl" when AB_BUILDS has
 #    one ("tl:-DVLA_CP_TIMELINE"), else "new" (run 1 of the session: the timeline was compiled in
 #    then); not gated (the timeline waits for its stream inside the call); $TL_CONFIGS ("build" is
-#    replaced by the timeline build; ":VAR=value" as in h200_ab.sh) at $TL_SHAPES;
+#    replaced by the timeline build; ":VAR=value" as in h200_ab.sh) at $TL_SHAPES; since session 17
+#    also the A part's blocks ("apart blocks": entry, wait done, exit and run quantiles, the last out);
 #  - bitwise.txt: BITWISE="A B [env-of-A]" runs benchmarks/h200_bitwise.sh on those builds.
 # Usage on the device (carry [".debs", ".ab"]): OUT=... AB_...=... bash benchmarks/h200_session12.sh
 set -uo pipefail
@@ -38,7 +39,7 @@ source "$ROOT/benchmarks/h200_env.sh" # (the loader path for the unpacked packag
     for s in ${TL_SHAPES:-1,4,32,2048 1,4,32,8192 1,4,32,32768 8,16,64,2048}; do
       echo "== $c $s"
       env "${envs[@]}" VLA_CP_TIMELINE=1 timeout 60 "$TLB" --no-limits --quick --only vla-chunked,delta --shape "$s" 2>&1 |
-        awk '/^timeline/ {b[n++ % 3] = $0} / ms \(/ {for (i = (n > 3 ? n - 3 : 0); i < n; i++) print b[i % 3]; print; n = 0}'
+        awk '/^timeline|^apart blocks/ {b[n++ % 6] = $0} / ms \(/ {for (i = (n > 6 ? n - 6 : 0); i < n; i++) print b[i % 6]; print; n = 0}'
     done
   done
 } 2>&1 | tee "$OUT/timeline.txt"

@@ -631,6 +631,102 @@ START_TEST(test_carry_path) {
 }
 END_TEST
 
+/* ---- the graph cache: repeated calls replay a captured graph (backends/cuda/README.md) ----
+ * K keys (T differs; the same buffers, sized for the longest), three rounds: round 0 runs each
+ * key directly (its first call), round 1 captures and replays it on new data in the same buffers,
+ * round 2 replays it on round 0's data again. Round 1 against ref64 (1e-5 relative: o, S, A),
+ * round 2 bitwise against round 0 (a replay runs the same kernels on the same data). Then more
+ * keys than the cache holds (every earlier key evicted) and key 0 twice more: bitwise again. In
+ * the emulator (no graphs) and with VLA_CUDA_GRAPHS=0 the same calls run directly. */
+START_TEST(test_graph_replay) {
+    const vla_mechanism mech = _i == 0 ? VL : _i == 1 ? DE : VL;
+    const vla_algorithm algo = _i == 2 ? VLA_ALGO_TWO_LEVEL : VLA_ALGO_CHUNKED;
+    const int B = 1, H = 2, dk = 16, dv = 12, Tmax = 120, K = 6, KX = 20;
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, mech), VLA_OK);
+    d.algorithm = algo;
+    d.chunk = 16;
+    tu_problem pm = {.B = B, .T = Tmax, .H = H, .dk = dk, .dv = dv};
+    const size_t nqk = tu_nqk(&pm), nvo = tu_nvo(&pm), nS = tu_nS(&pm), nA = tu_nA(&pm);
+    const int hA = tu_has_A(&d);
+    tu_rng rng;
+    tu_seed(&rng, seed_base + 1700 + (uint64_t)_i);
+    float *x[2][3]; /* two data sets of q, k, v */
+    for (int s2 = 0; s2 < 2; s2++)
+        for (int j = 0; j < 3; j++) x[s2][j] = tu_randn_new(&rng, j < 2 ? nqk : nvo);
+    vla_buffer *q = tu_buf_from(g_cu, x[0][0], nqk), *k = tu_buf_from(g_cu, x[0][1], nqk);
+    vla_buffer *v = tu_buf_from(g_cu, x[0][2], nvo), *o = tu_buf_new(g_cu, nvo), *S = tu_buf_new(g_cu, nS);
+    vla_buffer *A = hA ? tu_buf_new(g_cu, nA) : NULL;
+    float *first[6][3]; /* round 0's o, S, A of each key */
+    double *o_ref = malloc(nvo * sizeof(double)), *S_ref = malloc(nS * sizeof(double)), *A_ref = malloc(nA * sizeof(double));
+    ck_assert(o_ref && S_ref && A_ref);
+    const char *what = _i == 0 ? "vla chunked" : _i == 1 ? "delta chunked" : "vla two-level";
+    for (int round = 0; round < 3; round++) {
+        const int set = round == 1;
+        tu_buf_upload(q, x[set][0], nqk), tu_buf_upload(k, x[set][1], nqk), tu_buf_upload(v, x[set][2], nvo);
+        double worst = 0.0;
+        int same = 1;
+        for (int key = 0; key < K; key++) {
+            const int T = Tmax - 7 * key; /* the same buffers, a prefix of them */
+            tu_problem p = {.B = B, .T = T, .H = H, .dk = dk, .dv = dv};
+            vla_attn_args a = {.B = B, .T = T, .H = H, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .o = o, .S_out = S, .A_out = A};
+            tu_buf_poison(o), tu_buf_poison(S);
+            if (A) tu_buf_poison(A);
+            ck_assert_int_eq(vla_attention_forward(g_cu, &d, &a), VLA_OK);
+            float *got[3] = {tu_buf_download_new(o, tu_nvo(&p)), tu_buf_download_new(S, nS), A ? tu_buf_download_new(A, nA) : NULL};
+            if (round == 0) {
+                for (int j = 0; j < 3; j++) first[key][j] = got[j];
+                continue;
+            }
+            if (round == 1) {
+                /* B = 1: the first T tokens of the buffers are the T-token problem's inputs */
+                ck_assert_int_eq(ref64_forward(&d, B, T, H, dk, dv, 0, x[1][0], x[1][1], x[1][2], NULL, NULL, NULL, NULL,
+                                               NULL, NULL, o_ref, S_ref, A ? A_ref : NULL, NULL),
+                                 0);
+                worst = fmax(worst, tu_relerr(got[0], o_ref, tu_nvo(&p)));
+                worst = fmax(worst, tu_relerr(got[1], S_ref, nS));
+                if (A) worst = fmax(worst, tu_relerr(got[2], A_ref, nA));
+            } else {
+                same &= !memcmp(got[0], first[key][0], tu_nvo(&p) * sizeof(float)) &&
+                        !memcmp(got[1], first[key][1], nS * sizeof(float)) &&
+                        (!A || !memcmp(got[2], first[key][2], nA * sizeof(float)));
+            }
+            for (int j = 0; j < 3; j++) free(got[j]);
+        }
+        if (round == 1) {
+            fprintf(stderr, "  %-14s graph replay, new data in the same buffers: worst rel. error %.2e vs ref64\n", what, worst);
+            ck_assert_msg(worst < 1e-5, "%s: replay on new data: rel. error %.3e", what, worst);
+        }
+        if (round == 2) {
+            fprintf(stderr, "  %-14s graph replay, round 0's data again: %s\n", what, same ? "bitwise the same" : "DIFFERENT");
+            ck_assert_msg(same, "%s: a replay differs from the direct call on the same data", what);
+        }
+    }
+    /* round 0's data is in the buffers: KX other keys (other chunk lengths), then key 0 twice */
+    for (int key = 0; key < KX; key++) {
+        vla_attn_desc d2 = d;
+        d2.chunk = 2 + key;
+        vla_attn_args a = {.B = B, .T = Tmax, .H = H, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .o = o, .S_out = S, .A_out = A};
+        ck_assert_int_eq(vla_attention_forward(g_cu, &d2, &a), VLA_OK);
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        vla_attn_args a = {.B = B, .T = Tmax, .H = H, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .o = o, .S_out = S, .A_out = A};
+        tu_buf_poison(o);
+        ck_assert_int_eq(vla_attention_forward(g_cu, &d, &a), VLA_OK);
+        float *got = tu_buf_download_new(o, nvo);
+        ck_assert_msg(!memcmp(got, first[0][0], nvo * sizeof(float)), "%s: key 0 after evictions (call %d) differs", what, rep);
+        free(got);
+    }
+    for (int key = 0; key < K; key++)
+        for (int j = 0; j < 3; j++) free(first[key][j]);
+    for (int s2 = 0; s2 < 2; s2++)
+        for (int j = 0; j < 3; j++) free(x[s2][j]);
+    free(o_ref), free(S_ref), free(A_ref);
+    vla_buffer_free(q), vla_buffer_free(k), vla_buffer_free(v), vla_buffer_free(o), vla_buffer_free(S);
+    if (A) vla_buffer_free(A);
+}
+END_TEST
+
 /* ---- statuses specific to this backend ---- */
 
 START_TEST(test_open_errors) {
@@ -724,6 +820,7 @@ static Suite *cuda_suite(void) {
     TCase *tp = tcase_create("paths");
     tcase_add_loop_test(tp, test_carry_path, 0, 2);
     tcase_add_loop_test(tp, test_softmax_nonfinite, 0, 3);
+    tcase_add_loop_test(tp, test_graph_replay, 0, 3);
     suite_add_tcase(s, tp);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_open_errors);

@@ -19,6 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The graph cache (session 17): a call repeated with the same arguments, buffers and workspace
+ * replays the kernels captured (cudaStreamBeginCapture) on its second occurrence, one
+ * cudaGraphLaunch instead of a launch per kernel. The kernels read their inputs when they run,
+ * so new data in the same buffers is seen; any other argument or buffer is another key. */
+#define GRAPH_SLOTS 16
+typedef struct graph_slot {
+    vlacu_args key;          /* zeroed before it is filled: compared with memcmp */
+    void *ws;
+    int used;                /* the slot holds a key */
+    cudaGraphExec_t exec;    /* NULL until the key's second call */
+    unsigned long long last; /* least recently used goes first */
+} graph_slot;
+
 typedef struct cuda_context {
     int device;
     cudaStream_t stream;
@@ -30,6 +43,9 @@ typedef struct cuda_context {
     cudaStream_t aux;           /* a second stream for work beside the main one (vlacu_aux) */
     cudaEvent_t fork, join;
     int have_aux;               /* 0: could not be created, everything runs on `stream` */
+    graph_slot graphs[GRAPH_SLOTS];
+    unsigned long long graph_tick;
+    int graphs_off;             /* a capture failed on this handle: launch directly from then on */
 } cuda_context;
 
 static cuda_context *ctx_of(const vla_backend *b) { return (cuda_context *)b->context; }
@@ -135,10 +151,105 @@ static vla_status cuda_resolve(vla_backend *b, const vla_attn_desc *d, const vla
 
 /* ---- the op ---- */
 
+static void graph_drop(graph_slot *g) {
+    if (g->exec) (void)cudaGraphExecDestroy(g->exec); /* (an in-flight launch still completes) */
+    memset(g, 0, sizeof *g);
+}
+
+static void graphs_clear(cuda_context *c) {
+    for (int i = 0; i < GRAPH_SLOTS; i++) graph_drop(&c->graphs[i]);
+}
+
+/* The slot holding this key with the current workspace, or NULL. */
+static graph_slot *graph_find(cuda_context *c, const vlacu_args *x) {
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        graph_slot *g = &c->graphs[i];
+        if (g->used && g->ws == c->ws && !memcmp(&g->key, x, sizeof *x)) {
+            g->last = ++c->graph_tick;
+            return g;
+        }
+    }
+    return NULL;
+}
+
+/* A captured call again: 1 when its graph is launched. Before the workspace is sized: a key's
+ * workspace fitted when it was captured, and growing the workspace drops every graph. */
+static int graph_replay(cuda_context *c, const vlacu_args *x) {
+    if (c->graphs_off || !vlacu_graph_ok(x)) return 0;
+    graph_slot *g = graph_find(c, x);
+    if (!g || !g->exec) return 0;
+    if (cudaGraphLaunch(g->exec, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        graph_drop(g);
+        return 0;
+    }
+    return 1;
+}
+
+/* The slot of this key, or a fresh one (the least recently used, emptied) with *fresh = 1. */
+static graph_slot *graph_slot_for(cuda_context *c, const vlacu_args *x, int *fresh) {
+    graph_slot *g = graph_find(c, x);
+    if (g) {
+        *fresh = 0;
+        return g;
+    }
+    graph_slot *victim = &c->graphs[0];
+    for (int i = 1; i < GRAPH_SLOTS; i++) {
+        g = &c->graphs[i];
+        if (!victim->used) break;
+        if (!g->used || g->last < victim->last) victim = g;
+    }
+    graph_drop(victim);
+    c->graph_tick++;
+    victim->key = *x;
+    victim->ws = c->ws;
+    victim->used = 1;
+    victim->last = c->graph_tick;
+    *fresh = 1;
+    return victim;
+}
+
+/* Replays or captures the call when the cache applies: 1 when its work is enqueued, 0 when the
+ * caller should launch directly (first call of a key, or the capture failed: nothing enqueued). */
+static int graph_forward(cuda_context *c, const vlacu_args *x, const vlacu_aux *aux) {
+    if (c->graphs_off || !vlacu_graph_ok(x)) return 0;
+    int fresh = 0;
+    graph_slot *g = graph_slot_for(c, x, &fresh);
+    if (fresh) return 0; /* the first call runs directly (and sets every kernel's attributes) */
+    if (!g->exec) {
+        cudaGraph_t graph = NULL;
+        if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+            (void)cudaGetLastError();
+            c->graphs_off = 1;
+            return 0;
+        }
+        const int fe = vlacu_forward(x, &c->info, c->ws, c->ws_bytes, (void *)c->stream, aux);
+        const cudaError_t ee = cudaStreamEndCapture(c->stream, &graph);
+        cudaError_t ie = cudaErrorInvalidValue;
+        if (fe == 0 && ee == cudaSuccess && graph)
+            ie = cudaGraphInstantiateWithFlags(&g->exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+        if (graph) (void)cudaGraphDestroy(graph);
+        if (ie != cudaSuccess) {
+            (void)cudaGetLastError();
+            g->exec = NULL;
+            graph_drop(g);
+            if (fe == 0) c->graphs_off = 1; /* (a failing call is reported by the direct launch) */
+            return 0;
+        }
+    }
+    if (cudaGraphLaunch(g->exec, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        graph_drop(g);
+        return 0;
+    }
+    return 1;
+}
+
 /* Grows the cached workspace to `need` bytes. Nothing has been written when this fails. */
 static vla_status ensure_workspace(vla_backend *b, size_t need) {
     cuda_context *c = ctx_of(b);
     if (need <= c->ws_bytes) return VLA_OK;
+    graphs_clear(c); /* (they hold the old workspace's addresses) */
     if (c->ws) {
         /* Earlier calls may still use it. */
         CUDA_TRY(b, cudaStreamSynchronize(c->stream), "vla_attention_forward: cudaStreamSynchronize");
@@ -194,6 +305,7 @@ static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla
     x.A_out = a->A_out ? (float *)a->A_out->mem : NULL;
     x.n_out = a->n_out ? (float *)a->n_out->mem : NULL;
 
+    if (graph_replay(c, &x)) return VLA_OK;
     size_t need = 0;
     int e = vlacu_workspace_bytes(&x, &c->info, &need);
     if (e == (int)cudaErrorInvalidConfiguration)
@@ -207,6 +319,7 @@ static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla
     s = ensure_workspace(b, need);
     if (s != VLA_OK) return s;
     const vlacu_aux aux = {(void *)c->aux, (void *)c->fork, (void *)c->join};
+    if (graph_forward(c, &x, c->have_aux ? &aux : NULL)) return VLA_OK;
     e = vlacu_forward(&x, &c->info, c->ws, c->ws_bytes, (void *)c->stream, c->have_aux ? &aux : NULL);
     if (e != 0) {
         char what[128];
@@ -255,6 +368,7 @@ static void cuda_close(vla_backend *b) {
     if (!c) return;
     if (cudaSetDevice(c->device) == cudaSuccess) {
         (void)cudaStreamSynchronize(c->stream);
+        graphs_clear(c);
         if (c->ws) (void)cudaFree(c->ws);
         if (c->have_events) {
             (void)cudaEventDestroy(c->ev_start);

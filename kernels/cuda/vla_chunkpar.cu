@@ -45,6 +45,7 @@
 #include "vla_inverse.cuh"
 #include "vla_mma.cuh"
 
+#include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,7 @@ namespace cp {
  * Compiled out otherwise (the scope is pdl_enter() alone): even two tests of P.tl moved register
  * counts (walk_kernel<32, 32, W_MAP> 81 to 85, one block a multiprocessor fewer). */
 enum { TL_GRAM, TL_PREFIX, TL_APART, TL_OUTPRE, TL_WALK, TL_WMAP, TL_WSCAN, TL_WLOCAL, TL_OUT, TL_LINMAP, TL_SUMWALK, TL_N };
+constexpr int TL_BLOCKS = 4096; /* apart_kernel's first blocks: each one's entry, wait done and exit, after the spans */
 #ifndef VLA_CUDA_EMU
 /* the global timer, ns (development stamps) */
 __device__ __forceinline__ unsigned long long gtime() {
@@ -86,12 +88,19 @@ template <int K> struct tl_scope {
 template <int K> struct tl_scope { /* (P.tl read from the parameters at each end: nothing held in registers) */
     const cp_params &P;
     __device__ __forceinline__ tl_scope(const cp_params &p) : P(p) {
-        if (P.tl && threadIdx.x == 0) atomicMin(P.tl + K, gtime());
+        const unsigned long long t = gtime();
+        if (P.tl && threadIdx.x == 0) atomicMin(P.tl + K, t);
         pdl_enter();
         if (P.tl && threadIdx.x == 0) atomicMin(P.tl + TL_N + K, gtime());
+        if (K == TL_APART && P.tl && threadIdx.x == 0 && blockIdx.x < TL_BLOCKS) {
+            P.tl[3 * TL_N + 3 * blockIdx.x] = t;
+            P.tl[3 * TL_N + 3 * blockIdx.x + 1] = gtime();
+        }
     }
     __device__ __forceinline__ ~tl_scope() {
         if (P.tl && (threadIdx.x & 31) == 0) atomicMax(P.tl + 2 * TL_N + K, gtime());
+        if (K == TL_APART && P.tl && (threadIdx.x & 31) == 0 && blockIdx.x < TL_BLOCKS)
+            atomicMax(P.tl + 3 * TL_N + 3 * blockIdx.x + 2, gtime());
     }
 };
 #endif
@@ -910,7 +919,8 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
             const int nq = g * P.gparts;
             const float *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
             constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread (64 were
-                                             * no faster for the 31 parts of (1,4,32) T = 2048, session 10) */
+                                             * no faster for the 31 parts of (1,4,32) T = 2048, session 10;
+                                             * 48 and 64 no faster at T = 8192, session 17) */
             for (int q0 = 0; q0 < nq; q0 += U) {
                 float x[U][R][R];
 #pragma unroll
@@ -1813,13 +1823,45 @@ struct tline {
         constexpr bool env_on = false;
 #endif
         static unsigned long long *buf = nullptr; /* one a process (development), never freed */
-        if (!env_on || (!buf && cudaMalloc((void **)&buf, 3 * TL_N * sizeof *buf) != cudaSuccess)) return;
+        const size_t n = 3 * TL_N + 3 * (size_t)TL_BLOCKS;
+        if (!env_on || (!buf && cudaMalloc((void **)&buf, n * sizeof *buf) != cudaSuccess)) return;
         d = buf;
         cudaMemsetAsync(d, 0xff, 2 * TL_N * sizeof *d, st); /* (not with bench_cuda_targets --gate: finish waits) */
-        cudaMemsetAsync(d + 2 * TL_N, 0, TL_N * sizeof *d, st);
+        cudaMemsetAsync(d + 2 * TL_N, 0, (n - 2 * TL_N) * sizeof *d, st);
         p.tl = d;
     }
-    void finish(cudaStream_t st, const vlacu_args &a) {
+    /* apart_kernel's blocks (session 17): quantiles of entry, wait done, exit and duration (us from t0), and
+     * the last blocks to exit with their segment (the Gram parts its fold adds grow with it) */
+    static void blocks(const unsigned long long *b, int nblk, int nseg, unsigned long long t0) {
+        if (nblk > TL_BLOCKS) nblk = TL_BLOCKS;
+        if (nblk < 1 || !b[3 * 0 + 2]) return;
+        static double v[4][TL_BLOCKS];
+        static int idx[TL_BLOCKS];
+        for (int i = 0; i < nblk; i++) {
+            v[0][i] = 1e-3 * (double)(b[3 * i] - t0), v[1][i] = 1e-3 * (double)(b[3 * i + 1] - t0);
+            v[2][i] = 1e-3 * (double)(b[3 * i + 2] - t0), v[3][i] = v[2][i] - v[1][i];
+            idx[i] = i;
+        }
+        std::sort(idx, idx + nblk, [&](int x, int y) { return v[2][x] > v[2][y]; });
+        static const char *const what[4] = {"entry", "wait done", "exit", "run"};
+        fprintf(stderr, "apart blocks (%d, us: min / median / max):", nblk);
+        for (int k = 0; k < 4; k++) {
+            double w[TL_BLOCKS];
+            memcpy(w, v[k], nblk * sizeof(double));
+            std::sort(w, w + nblk);
+            fprintf(stderr, " %s %.1f / %.1f / %.1f;", what[k], w[0], w[nblk / 2], w[nblk - 1]);
+        }
+        fprintf(stderr, " last out (segment: entry, run):");
+        for (int i = 0; i < 6 && i < nblk; i++)
+            fprintf(stderr, " %d: %.1f, %.1f;", idx[i] % nseg, v[1][idx[i]], v[3][idx[i]]);
+        double q[4] = {0, 0, 0, 0};
+        int c[4] = {0, 0, 0, 0};
+        for (int i = 0; i < nblk; i++) q[4 * (i % nseg) / nseg] += v[3][i], c[4 * (i % nseg) / nseg]++;
+        fprintf(stderr, " mean run by segment quarter:");
+        for (int k = 0; k < 4; k++) fprintf(stderr, " %.1f", c[k] ? q[k] / c[k] : 0.0);
+        fprintf(stderr, "\n");
+    }
+    void finish(cudaStream_t st, const vlacu_args &a, int apart_blocks = 0, int nseg = 1) {
         if (!d) return;
         unsigned long long h[3 * TL_N];
         cudaStreamSynchronize(st);
@@ -1834,6 +1876,12 @@ struct tline {
                 fprintf(stderr, " %s %.1f %.1f %.1f;", name[k], 1e-3 * (double)(h[k] - t0), 1e-3 * (double)(h[TL_N + k] - t0),
                         1e-3 * (double)(h[2 * TL_N + k] - t0));
         fprintf(stderr, " total %.1f\n", 1e-3 * (double)(t1 - t0));
+        if (apart_blocks > 0) {
+            static unsigned long long hb[3 * TL_BLOCKS];
+            const int nb = apart_blocks < TL_BLOCKS ? apart_blocks : TL_BLOCKS;
+            if (cudaMemcpy(hb, d + 3 * TL_N, 3 * (size_t)nb * sizeof *hb, cudaMemcpyDeviceToHost) == cudaSuccess)
+                blocks(hb, nb, nseg, t0);
+        }
     }
 };
 
@@ -1887,6 +1935,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     auto cp_launch = [&](kfn kern, unsigned grid, size_t smem, cudaStream_t s, const cp_params &p, unsigned block = NT) {
         const cudaError_t r = launch_one(kern, grid, smem, s, p, pdl && chained, block);
         chained = true;
+        host_mark("launch"); /* (development, VLA_CUDA_HOST_TIMES) */
         return r;
     };
     const unsigned nseg = (unsigned)P.nseg;
@@ -2033,7 +2082,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     }
     kt.mark(split ? "output (fin)" : "output", st);
     kt.finish(P.a);
-    tl.finish(st, P.a);
+    tl.finish(st, P.a, vla ? (int)(BH * nseg) : 0, (int)nseg);
     return cudaGetLastError();
 }
 

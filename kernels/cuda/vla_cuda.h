@@ -60,6 +60,12 @@ typedef struct vlacu_aux {
 int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
                   void *stream, const vlacu_aux *aux);
 
+/* 1 when a call with these arguments may be captured into a CUDA graph and replayed (the backend's
+ * graph cache): it enqueues more than one kernel (chunked, two-level, scan), the build is not the
+ * CPU emulator, no development timer is on (VLA_CUDA_KERNEL_TIMES, VLA_CP_TIMELINE,
+ * VLA_CUDA_HOST_TIMES: they synchronise inside the call) and VLA_CUDA_GRAPHS is not 0. */
+int vlacu_graph_ok(const vlacu_args *a);
+
 /* Chunks of a piece: at most C tokens, and every refresh point (t0 + t + 1) % R == 0 ends one
  * (VLA-MATH 2.3). Host and device use the same closed form; exposed for the tests. */
 int64_t vlacu_count_chunks(int T, int C, int R, int64_t t0);

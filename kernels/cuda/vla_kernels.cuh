@@ -116,6 +116,11 @@ int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_gram_parts(int seg);
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st, const vlacu_aux *aux);
 
+/* Development (VLA_CUDA_HOST_TIMES=1, session 17): the host clock at named points of a call (after each
+ * launch of the chunk-parallel form), printed to stderr when vlacu_forward returns. Off: one test. */
+bool host_marks_on();
+void host_mark(const char *what);
+
 /* ---- sequential (vla_seq.cu) ---- */
 struct seq_params {
     vlacu_args a;

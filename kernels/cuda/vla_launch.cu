@@ -4,7 +4,10 @@
 #include "vla_kernels.cuh"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 using namespace vlacu;
 
@@ -231,7 +234,56 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
     return 0;
 }
 
+struct host_clock {
+    int n = 0;
+    const char *what[16];
+    struct timespec t[16];
+};
+host_clock g_marks; /* (development: one caller at a time) */
+
 } // namespace
+
+bool vlacu::host_marks_on() {
+    static const bool on = [] {
+        const char *e = getenv("VLA_CUDA_HOST_TIMES");
+        return e && e[0] == '1';
+    }();
+    return on;
+}
+
+void vlacu::host_mark(const char *what) {
+    if (!host_marks_on() || g_marks.n >= 16) return;
+    clock_gettime(CLOCK_MONOTONIC, &g_marks.t[g_marks.n]);
+    g_marks.what[g_marks.n++] = what;
+}
+
+static void host_marks_print() {
+    if (!host_marks_on() || g_marks.n < 1) return;
+    fprintf(stderr, "host (us since vlacu_forward began):");
+    for (int i = 1; i < g_marks.n; i++)
+        fprintf(stderr, " %s %.2f;", g_marks.what[i],
+                1e6 * (double)(g_marks.t[i].tv_sec - g_marks.t[0].tv_sec) + 1e-3 * (double)(g_marks.t[i].tv_nsec - g_marks.t[0].tv_nsec));
+    fprintf(stderr, "\n");
+    g_marks.n = 0;
+}
+
+extern "C" int vlacu_graph_ok(const vlacu_args *a) {
+#ifdef VLA_CUDA_EMU
+    (void)a;
+    return 0; /* (the emulator has no graphs) */
+#else
+    static const bool on = [] {
+        const char *g = getenv("VLA_CUDA_GRAPHS");
+        if (g && g[0] == '0') return false;
+        for (const char *v : {"VLA_CUDA_KERNEL_TIMES", "VLA_CP_TIMELINE", "VLA_CUDA_HOST_TIMES"}) {
+            const char *e = getenv(v);
+            if (e && e[0] == '1') return false;
+        }
+        return true;
+    }();
+    return on && a->algo != VLACU_SEQUENTIAL && a->algo != VLACU_FUSED;
+#endif
+}
 
 extern "C" int64_t vlacu_count_chunks(int T, int C, int R, int64_t t0) { return count_chunks(T, C, R, t0); }
 
@@ -259,10 +311,23 @@ extern "C" int vlacu_workspace_bytes(const vlacu_args *a, const vlacu_device *de
     return 0;
 }
 
+static int forward_inner(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
+                         void *stream, const vlacu_aux *aux);
+
 extern "C" int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
                              void *stream, const vlacu_aux *aux) {
+    if (host_marks_on()) g_marks.n = 0, host_mark("enter");
+    const int r = forward_inner(a, dev, workspace, workspace_bytes, stream, aux);
+    host_mark("return");
+    host_marks_print();
+    return r;
+}
+
+static int forward_inner(const vlacu_args *a, const vlacu_device *dev, void *workspace, size_t workspace_bytes,
+                         void *stream, const vlacu_aux *aux) {
     layout L;
     int e = make_layout(a, dev, &L);
+    host_mark("layout");
     if (e) return e;
     if (L.total == SIZE_MAX || workspace_bytes < L.total) return (int)cudaErrorInvalidValue;
     unsigned char *W = (unsigned char *)workspace;
