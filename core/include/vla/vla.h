@@ -183,7 +183,10 @@ typedef struct vla_attn_args {
 vla_status vla_attention_resolve_algorithm(vla_backend *b, const vla_attn_desc *d,
                                            const vla_attn_args *a, vla_algorithm *out);
 
-/* Runs the forward op. Validates everything first; on an error nothing is written. */
+/* Runs the forward op. Validates everything first; on an error nothing is written. On CUDA the
+ * call returns once its kernels are queued, and a call repeated with the same arguments and
+ * buffers is captured as a CUDA graph on its second occurrence and replayed after that (new data
+ * in the same buffers is read; environment VLA_CUDA_GRAPHS=0 turns the cache off). */
 vla_status vla_attention_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 
 #ifdef __cplusplus
