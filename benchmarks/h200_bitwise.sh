@@ -5,6 +5,8 @@
 # (cmp). For changes that should only reorder independent work (session 10: norm_rows' rows at
 # once, apart_kernel's first chunk before its wait), "same" is the check.
 # Usage on the device, after h200_ab.sh: bash benchmarks/h200_bitwise.sh old new
+# Session 18: a fourth mode, "vla-seq": the sequential form (the decode kernel's, dk <= 64) with
+# states in (A_in, S_in), so that its loads and stores of A are compared too.
 # Session 12: BITWISE_ENV_A / BITWISE_ENV_B ("VAR=value ...") set for the first / second side's runs
 # only, so that one build can be compared with itself under a development switch
 # (BITWISE_ENV_A="VLA_CP_OUTFOLD=0" bash benchmarks/h200_bitwise.sh new new).
@@ -25,12 +27,18 @@ for (B, H, d, T, seed) in [(1, 4, 32, 2048, 1), (1, 4, 32, 8192, 2), (8, 16, 64,
     for n in "qkvu":
         np.save(f"{w}/{n}-{B}-{H}-{d}-{T}.npy", r.standard_normal((B, T, H, d)).astype(np.float32))
     np.save(f"{w}/beta-{B}-{H}-{d}-{T}.npy", r.uniform(0.1, 1.0, (B, T, H)).astype(np.float32))
+    # session 18: states in for the sequential form (A = 10 I + a small symmetric part, S random)
+    X = r.standard_normal((B, H, d, d))
+    np.save(f"{w}/a0-{B}-{H}-{d}-{T}.npy", (10 * np.eye(d) + 0.1 * (X @ X.transpose(0, 1, 3, 2)) / d).astype(np.float32))
+    np.save(f"{w}/s0-{B}-{H}-{d}-{T}.npy", (0.1 * r.standard_normal((B, H, d, d))).astype(np.float32))
 EOF
 same=0 diff=0
 for s in 1-4-32-2048 1-4-32-8192 8-16-64-2048 2-4-40-1000; do
-  for m in "vla" "vla-u" "delta"; do
+  for m in "vla" "vla-u" "delta" "vla-seq"; do
     args=(--backend "${BITWISE_BACKEND:-cuda}" --algo chunked --q "$W/q-$s.npy" --k "$W/k-$s.npy" --v "$W/v-$s.npy")
     case $m in
+      vla-seq) args=(--backend "${BITWISE_BACKEND:-cuda}" --algo sequential --q "$W/q-$s.npy" --k "$W/k-$s.npy" --v "$W/v-$s.npy"
+                     --mechanism vla --a-state-in "$W/a0-$s.npy" --state-in "$W/s0-$s.npy" --a-state-out A.npy) ;;
       vla) args+=(--mechanism vla --a-state-out A.npy) ;;
       vla-u) args+=(--mechanism vla --u "$W/u-$s.npy" --a-state-out A.npy) ;;
       delta) args+=(--mechanism delta --beta "$W/beta-$s.npy") ;;

@@ -294,6 +294,7 @@ static const dec_case dec_cases[] = {
     {"decode vla auto", VL, 16, 12, 0, 0, 0, 0, VLA_ALGO_AUTO},
     {"decode vla paper + u (R20, normalised)", VL, 16, 16, 1, 1, 0, 0, VLA_ALGO_SEQUENTIAL},
     {"decode vla dk64 dv64 + u", VL, 64, 64, 0, 1, 0, 0, VLA_ALGO_AUTO},
+    {"decode vla dk64 dv48 paper (R20, normalised)", VL, 64, 48, 1, 0, 0, 0, VLA_ALGO_SEQUENTIAL},
     {"decode delta beta g", DE, 16, 24, 0, 0, 1, 1, VLA_ALGO_AUTO},
     {"decode linear", LI, 12, 10, 0, 0, 0, 0, VLA_ALGO_AUTO},
 };

@@ -72,6 +72,18 @@ namespace cp {
  * counts (walk_kernel<32, 32, W_MAP> 81 to 85, one block a multiprocessor fewer). */
 enum { TL_GRAM, TL_PREFIX, TL_APART, TL_OUTPRE, TL_WALK, TL_WMAP, TL_WSCAN, TL_WLOCAL, TL_OUT, TL_LINMAP, TL_SUMWALK, TL_N };
 constexpr int TL_BLOCKS = 4096; /* apart_kernel's first blocks: each one's entry, wait done and exit, after the spans */
+/* Since session 18 a block's record has TL_REC slots: entry, wait done, exit, its inversion done
+ * (TL_INV_DONE in apart_kernel), its multiprocessor + 1, and the first chunk's phases 3, 4, 9 and 11
+ * ending (TL_PHASE); then TL_WBLOCKS slots for the plain walk's blocks' multiprocessors + 1 (they are
+ * resident, waiting, while the A part runs). */
+constexpr int TL_REC = 9, TL_WBLOCKS = 1024;
+/* VLA_CP_SEG_REV (development, session 18): apart_kernel's block x takes segment nseg - 1 - x % nseg,
+ * to tell a segment's own cost from its block's place in the launch */
+#ifdef VLA_CP_SEG_REV
+#define TL_SEG(x, n) ((n) - 1 - (x))
+#else
+#define TL_SEG(x, n) (x)
+#endif
 #ifndef VLA_CUDA_EMU
 /* the global timer, ns (development stamps) */
 __device__ __forceinline__ unsigned long long gtime() {
@@ -84,7 +96,22 @@ __device__ __forceinline__ unsigned long long gtime() {
 template <int K> struct tl_scope {
     __device__ __forceinline__ tl_scope(const cp_params &) { pdl_enter(); }
 };
+#define TL_INV_DONE(P) ((void)0)
+#define TL_PHASE(P, k) ((void)0)
 #else
+__device__ __forceinline__ unsigned tl_smid() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return r;
+}
+#define TL_PHASE(P, k)                                                                                                 \
+    do {                                                                                                               \
+        if ((P).tl && threadIdx.x == 0 && blockIdx.x < TL_BLOCKS) (P).tl[3 * TL_N + TL_REC * blockIdx.x + 5 + (k)] = gtime(); \
+    } while (0)
+#define TL_INV_DONE(P)                                                                                                 \
+    do {                                                                                                               \
+        if ((P).tl && threadIdx.x == 0 && blockIdx.x < TL_BLOCKS) (P).tl[3 * TL_N + TL_REC * blockIdx.x + 3] = gtime(); \
+    } while (0)
 template <int K> struct tl_scope { /* (P.tl read from the parameters at each end: nothing held in registers) */
     const cp_params &P;
     __device__ __forceinline__ tl_scope(const cp_params &p) : P(p) {
@@ -93,14 +120,17 @@ template <int K> struct tl_scope { /* (P.tl read from the parameters at each end
         pdl_enter();
         if (P.tl && threadIdx.x == 0) atomicMin(P.tl + TL_N + K, gtime());
         if (K == TL_APART && P.tl && threadIdx.x == 0 && blockIdx.x < TL_BLOCKS) {
-            P.tl[3 * TL_N + 3 * blockIdx.x] = t;
-            P.tl[3 * TL_N + 3 * blockIdx.x + 1] = gtime();
+            P.tl[3 * TL_N + TL_REC * blockIdx.x] = t;
+            P.tl[3 * TL_N + TL_REC * blockIdx.x + 1] = gtime();
+            P.tl[3 * TL_N + TL_REC * blockIdx.x + 4] = tl_smid() + 1;
         }
+        if (K == TL_WALK && P.tl && threadIdx.x == 0 && blockIdx.x < TL_WBLOCKS)
+            P.tl[3 * TL_N + TL_REC * TL_BLOCKS + blockIdx.x] = tl_smid() + 1;
     }
     __device__ __forceinline__ ~tl_scope() {
         if (P.tl && (threadIdx.x & 31) == 0) atomicMax(P.tl + 2 * TL_N + K, gtime());
         if (K == TL_APART && P.tl && (threadIdx.x & 31) == 0 && blockIdx.x < TL_BLOCKS)
-            atomicMax(P.tl + 3 * TL_N + 3 * blockIdx.x + 2, gtime());
+            atomicMax(P.tl + 3 * TL_N + TL_REC * blockIdx.x + 2, gtime());
     }
 };
 #endif
@@ -844,6 +874,9 @@ template <int DK> struct apart_smem {
 /* The Gram fold (P.fold) is compiled for dk = 32 only: at dk = 64 its 32 doubles a thread made
  * apart_kernel<64, 2> spill 24 bytes, and without it (8,16,64) ran 0.5-1.3% faster (session 6 run6). */
 template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 32; }
+#ifndef VLA_CP_FOLD_PARTS
+#define VLA_CP_FOLD_PARTS 8 /* the fold's parts a round trip (development; 16 and 32 no faster, session 18) */
+#endif
 
 /* FOLD (dk = 32): the output's first half here too (P.outfold, a kernel of its own: in
  * the same instance it made apart_kernel<32, 2> 10% longer, and (1,4,32) T = 2048, which does not
@@ -854,7 +887,7 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     VLACU_DYNSMEM(smem);
     typedef apart_smem<DK> S;
     const vlacu_args &a = P.a;
-    const int bh = blockIdx.x / P.nseg, g = blockIdx.x % P.nseg;
+    const int bh = blockIdx.x / P.nseg, g = TL_SEG((int)(blockIdx.x % P.nseg), P.nseg);
     if (head_skipped(P, bh)) return;
     const int b = bh / a.H, h = bh % a.H, j0 = g * P.seg, j1 = imin(j0 + P.seg, P.nch), dk = a.dk, dv = a.dv;
     constexpr int ld = S::ld, ldc = S::ldc;
@@ -909,51 +942,71 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
          * inverse (blocked_inverse; M_g in G's place, dk = 32, or UA's and G's, with its scratch X in Al's) */
         constexpr int R = DK / 16, ldm = DK + 1;
         double *Md = DK == 32 ? (double *)G : (double *)UA, *X = DK == 32 ? Md + DK * ldm : (double *)Al;
-        const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
-        double m[R][R];
-        if (fold_here<DK>() && P.fold) { /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch) */
+        bool folded = false;
+        if constexpr (fold_here<DK>()) if (P.fold) {
+            /* M_g = M_0 + the Gram parts of segments < g, summed here (no cp_prefix launch). Thread t
+             * sums row t / 8, columns 4 (t % 8) .. + 3: one 16-byte load a part, where a 2 x 2 block a
+             * thread took four 4-byte loads (session 18). The last segment's fold at (1,4,32) T = 8192
+             * (63 parts) went from 9.4-10.7k to 8.0-8.9k cycles, the forward 0.7% faster gated; 16 or
+             * 32 parts a round trip were no faster (all the blocks' folds together read about 33 MB
+             * from L2 in a few microseconds). The same sums in the same order: the same bits. */
+            constexpr int PER = DK * DK / (4 * NT); /* 16-byte pieces a thread (1) */
+            static_assert(PER * 4 * NT == DK * DK, "the fold's pieces must split over NT threads");
+            double m[PER][4];
+            const vf4 *gp[PER];
 #pragma unroll
-            for (int i = 0; i < R; i++)
+            for (int p = 0; p < PER; p++) {
+                const int e4 = (int)threadIdx.x + NT * p, fr = e4 / (DK / 4), fc = 4 * (e4 % (DK / 4));
 #pragma unroll
-                for (int jj = 0; jj < R; jj++) m[i][jj] = m0_entry(P, bh, r0 + i, c0 + jj);
+                for (int jj = 0; jj < 4; jj++) m[p][jj] = m0_entry(P, bh, fr, fc + jj);
+                gp[p] = reinterpret_cast<const vf4 *>(P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + fr * DK + fc);
+            }
             const int nq = g * P.gparts;
-            const float *gp = P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK;
-            constexpr int U = 32 / (R * R); /* parts a round trip: 32 float loads in flight a thread (64 were
-                                             * no faster for the 31 parts of (1,4,32) T = 2048, session 10;
-                                             * 48 and 64 no faster at T = 8192, session 17) */
+            constexpr int U = VLA_CP_FOLD_PARTS; /* parts a round trip */
             for (int q0 = 0; q0 < nq; q0 += U) {
-                float x[U][R][R];
+                vf4 x[U][PER];
 #pragma unroll
                 for (int u = 0; u < U; u++)
 #pragma unroll
-                    for (int i = 0; i < R; i++)
-#pragma unroll
-                        for (int jj = 0; jj < R; jj++)
-                            x[u][i][jj] = q0 + u < nq ? gp[(size_t)(q0 + u) * DK * DK + (r0 + i) * DK + c0 + jj] : 0.0f;
+                    for (int p = 0; p < PER; p++) {
+                        if (q0 + u < nq) x[u][p] = gp[p][(size_t)(q0 + u) * (DK * DK / 4)];
+                        else x[u][p].x = x[u][p].y = x[u][p].z = x[u][p].w = 0.0f;
+                    }
 #pragma unroll
                 for (int u = 0; u < U; u++) /* in part order, as cp_prefix with one run */
 #pragma unroll
-                    for (int i = 0; i < R; i++)
-#pragma unroll
-                        for (int jj = 0; jj < R; jj++) m[i][jj] += x[u][i][jj];
+                    for (int p = 0; p < PER; p++) {
+                        m[p][0] += x[u][p].x, m[p][1] += x[u][p].y, m[p][2] += x[u][p].z, m[p][3] += x[u][p].w;
+                    }
             }
-        } else {
+#pragma unroll
+            for (int p = 0; p < PER; p++) {
+                const int e4 = (int)threadIdx.x + NT * p, fr = e4 / (DK / 4), fc = 4 * (e4 % (DK / 4));
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) Md[fr * ldm + fc + jj] = m[p][jj];
+            }
+            folded = true;
+        }
+        if (!folded) {
+            const int r0 = R * ((int)threadIdx.x / 16), c0 = R * ((int)threadIdx.x % 16);
             const double *src = P.Md + ((size_t)bh * P.nseg + g) * DK * DK;
+            double m[R][R];
 #pragma unroll
             for (int i = 0; i < R; i++)
 #pragma unroll
                 for (int jj = 0; jj < R; jj++) m[i][jj] = src[(r0 + i) * DK + c0 + jj];
+#pragma unroll
+            for (int i = 0; i < R; i++)
+#pragma unroll
+                for (int jj = 0; jj < R; jj++) Md[(r0 + i) * ldm + c0 + jj] = m[i][jj];
         }
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-            for (int jj = 0; jj < R; jj++) Md[(r0 + i) * ldm + c0 + jj] = m[i][jj];
         __syncthreads();
         blocked_inverse<DK>(Md, X, [&](int i, int jj, double x) { A0[i * ld + jj] = (float)x; },
                             P.prof && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
     }
     __syncthreads(); /* the inversion's buffers are G's (and UA's, Al's) place: done before they are formed */
     PROF(1);
+    TL_INV_DONE(P);
 
     for (int j = j0; j < j1; j++, first = false) {
     const int ts = j * P.C, c = imin(P.C, a.T - ts);
@@ -979,7 +1032,10 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
             }
     }
     __syncthreads();
-    if (first) PROF(3);
+    if (first) {
+        PROF(3);
+        TL_PHASE(P, 0);
+    }
 #if VLA_CP_TC /* 4-6. Z = L^{-1} UA, G = I + UA U^T = L L^T, by blocks of 16 rows */
     chol_z_blocked<DK>(U, UA, G, ld, ldc, P.prof && first && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
@@ -987,6 +1043,7 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
         async_rows<C, DK>(Qf, ld, a.q + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
     if (first) {
         PROF(4);
+        TL_PHASE(P, 1);
         PROF(5);
         PROF(6);
     }
@@ -1053,7 +1110,10 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
             }
     }
     __syncthreads();
-    if (first) PROF(9);
+    if (first) {
+        PROF(9);
+        TL_PHASE(P, 2);
+    }
 #if VLA_CP_TC /* Y, DK columns at a time, into UA's place (Z is no longer needed) */
     s_factors<DK, false>(P, bh, j, ts, c, vsrc, sv, !FOLD, K, Al, G, U, UA, UA, first);
     if constexpr (FOLD) fold_out(ts, c, UA);
@@ -1063,6 +1123,7 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
 #endif
     if (first) {
         PROF(11);
+        TL_PHASE(P, 3);
         PROF_NS(61);
     }
     }
@@ -1348,14 +1409,6 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
 #undef QB
 #undef XB
 }
-
-#ifdef VLA_CUDA_EMU
-struct alignas(16) vf4 {
-    float x, y, z, w;
-};
-#else
-typedef float4 vf4;
-#endif
 
 /* The plain walk (W_PLAIN) at DK = 32 with 8 or 16 value columns a block, P's rows in registers
  * (session 8). walk_kernel stashes each P_j in shared memory and its product reads two shared
@@ -1823,7 +1876,7 @@ struct tline {
         constexpr bool env_on = false;
 #endif
         static unsigned long long *buf = nullptr; /* one a process (development), never freed */
-        const size_t n = 3 * TL_N + 3 * (size_t)TL_BLOCKS;
+        const size_t n = 3 * TL_N + TL_REC * (size_t)TL_BLOCKS + TL_WBLOCKS;
         if (!env_on || (!buf && cudaMalloc((void **)&buf, n * sizeof *buf) != cudaSuccess)) return;
         d = buf;
         cudaMemsetAsync(d, 0xff, 2 * TL_N * sizeof *d, st); /* (not with bench_cuda_targets --gate: finish waits) */
@@ -1832,14 +1885,16 @@ struct tline {
     }
     /* apart_kernel's blocks (session 17): quantiles of entry, wait done, exit and duration (us from t0), and
      * the last blocks to exit with their segment (the Gram parts its fold adds grow with it) */
-    static void blocks(const unsigned long long *b, int nblk, int nseg, unsigned long long t0) {
+    static void blocks(const unsigned long long *b, const unsigned long long *wsm, int nblk, int nseg, unsigned long long t0) {
         if (nblk > TL_BLOCKS) nblk = TL_BLOCKS;
-        if (nblk < 1 || !b[3 * 0 + 2]) return;
-        static double v[4][TL_BLOCKS];
+        if (nblk < 1 || !b[2]) return;
+        static double v[5][TL_BLOCKS];
         static int idx[TL_BLOCKS];
         for (int i = 0; i < nblk; i++) {
-            v[0][i] = 1e-3 * (double)(b[3 * i] - t0), v[1][i] = 1e-3 * (double)(b[3 * i + 1] - t0);
-            v[2][i] = 1e-3 * (double)(b[3 * i + 2] - t0), v[3][i] = v[2][i] - v[1][i];
+            const unsigned long long *r = b + TL_REC * i;
+            v[0][i] = 1e-3 * (double)(r[0] - t0), v[1][i] = 1e-3 * (double)(r[1] - t0);
+            v[2][i] = 1e-3 * (double)(r[2] - t0), v[3][i] = v[2][i] - v[1][i];
+            v[4][i] = r[3] ? 1e-3 * (double)(r[3] - t0) : v[1][i]; /* inversion done (the first segment has none) */
             idx[i] = i;
         }
         std::sort(idx, idx + nblk, [&](int x, int y) { return v[2][x] > v[2][y]; });
@@ -1853,12 +1908,73 @@ struct tline {
         }
         fprintf(stderr, " last out (segment: entry, run):");
         for (int i = 0; i < 6 && i < nblk; i++)
-            fprintf(stderr, " %d: %.1f, %.1f;", idx[i] % nseg, v[1][idx[i]], v[3][idx[i]]);
-        double q[4] = {0, 0, 0, 0};
-        int c[4] = {0, 0, 0, 0};
-        for (int i = 0; i < nblk; i++) q[4 * (i % nseg) / nseg] += v[3][i], c[4 * (i % nseg) / nseg]++;
-        fprintf(stderr, " mean run by segment quarter:");
-        for (int k = 0; k < 4; k++) fprintf(stderr, " %.1f", c[k] ? q[k] / c[k] : 0.0);
+            fprintf(stderr, " %d: %.1f, %.1f;", TL_SEG(idx[i] % nseg, nseg), v[1][idx[i]], v[3][idx[i]]);
+        double q[3][4] = {}, c[4] = {};
+        for (int i = 0; i < nblk; i++) {
+            const int k = 4 * TL_SEG(i % nseg, nseg) / nseg;
+            q[0][k] += v[3][i], q[1][k] += v[4][i] - v[1][i], q[2][k] += v[2][i] - v[4][i], c[k]++;
+        }
+        fprintf(stderr, " by segment quarter, mean run / to the inversion's end / after it:");
+        for (int k = 0; k < 4; k++)
+            fprintf(stderr, " %.1f / %.1f / %.1f%s", c[k] ? q[0][k] / c[k] : 0.0, c[k] ? q[1][k] / c[k] : 0.0,
+                    c[k] ? q[2][k] / c[k] : 0.0, k < 3 ? "," : "");
+        /* (session 18) where the blocks ran: A-part blocks a multiprocessor, and the mean run of the
+         * blocks beside the plain walk's waiting blocks against the others */
+        static int na[1024], nw[1024];
+        memset(na, 0, sizeof na), memset(nw, 0, sizeof nw);
+        for (int i = 0; i < nblk; i++)
+            if (b[TL_REC * i + 4] && b[TL_REC * i + 4] <= 1024) na[b[TL_REC * i + 4] - 1]++;
+        for (int i = 0; i < TL_WBLOCKS; i++)
+            if (wsm[i] && wsm[i] <= 1024) nw[wsm[i] - 1]++;
+        int used = 0, most = 0, hist[5] = {};
+        for (int m = 0; m < 1024; m++) used += na[m] > 0, most = na[m] > most ? na[m] : most, hist[na[m] < 4 ? na[m] : 4]++;
+        double rw[2] = {0, 0}, cw[2] = {0, 0};
+        for (int i = 0; i < nblk; i++) {
+            const unsigned long long m = b[TL_REC * i + 4];
+            const int beside = m && m <= 1024 && nw[m - 1] > 0;
+            rw[beside] += v[3][i], cw[beside]++;
+        }
+        fprintf(stderr, "; on %d multiprocessors (0/1/2/3/4+ blocks: %d/%d/%d/%d/%d); mean run beside a walk block %.1f (%d), not %.1f (%d)",
+                used, hist[0], hist[1], hist[2], hist[3], hist[4], cw[1] ? rw[1] / cw[1] : 0.0, (int)cw[1],
+                cw[0] ? rw[0] / cw[0] : 0.0, (int)cw[0]);
+        /* by the multiprocessor's share: mean run of blocks alone on theirs, and of those with another */
+        double rs[2] = {0, 0}, cs[2] = {0, 0};
+        for (int i = 0; i < nblk; i++) {
+            const unsigned long long m = b[TL_REC * i + 4];
+            if (!m || m > 1024) continue;
+            const int shared = na[m - 1] > 1;
+            rs[shared] += v[3][i], cs[shared]++;
+        }
+        fprintf(stderr, "; alone %.1f (%d), shared %.1f (%d)", cs[0] ? rs[0] / cs[0] : 0.0, (int)cs[0],
+                cs[1] ? rs[1] / cs[1] : 0.0, (int)cs[1]);
+        /* the time after the inversion by the multiprocessor's number (quarters of the highest + 1) */
+        unsigned long long top = 1;
+        for (int i = 0; i < nblk; i++) top = b[TL_REC * i + 4] > top ? b[TL_REC * i + 4] : top;
+        double qa[4] = {}, qc[4] = {};
+        for (int i = 0; i < nblk; i++) {
+            const unsigned long long m = b[TL_REC * i + 4];
+            if (!m) continue;
+            const int k = (int)(4 * (m - 1) / top);
+            qa[k] += v[2][i] - v[4][i], qc[k]++;
+        }
+        {
+            double pq[5][4] = {}, pc[4] = {};
+            for (int i = 0; i < nblk; i++) {
+                const unsigned long long *r = b + TL_REC * i;
+                if (!r[5] || !r[6] || !r[7] || !r[8]) continue;
+                const double t[6] = {v[4][i], 1e-3 * (double)(r[5] - t0), 1e-3 * (double)(r[6] - t0), 1e-3 * (double)(r[7] - t0),
+                                     1e-3 * (double)(r[8] - t0), v[2][i]};
+                const int k = 4 * TL_SEG(i % nseg, nseg) / nseg;
+                for (int x = 0; x < 5; x++) pq[x][k] += t[x + 1] - t[x];
+                pc[k]++;
+            }
+            fprintf(stderr, "; first chunk by segment quarter, us (inversion to phase 3 / 4 / 9 / 11 / exit):");
+            for (int k = 0; k < 4; k++)
+                if (pc[k]) fprintf(stderr, " %.1f %.1f %.1f %.1f %.1f%s", pq[0][k] / pc[k], pq[1][k] / pc[k], pq[2][k] / pc[k],
+                                   pq[3][k] / pc[k], pq[4][k] / pc[k], k < 3 ? "," : "");
+        }
+        fprintf(stderr, "; after the inversion by multiprocessor quarter:");
+        for (int k = 0; k < 4; k++) fprintf(stderr, " %.1f (%d)", qc[k] ? qa[k] / qc[k] : 0.0, (int)qc[k]);
         fprintf(stderr, "\n");
     }
     void finish(cudaStream_t st, const vlacu_args &a, int apart_blocks = 0, int nseg = 1) {
@@ -1877,10 +1993,10 @@ struct tline {
                         1e-3 * (double)(h[2 * TL_N + k] - t0));
         fprintf(stderr, " total %.1f\n", 1e-3 * (double)(t1 - t0));
         if (apart_blocks > 0) {
-            static unsigned long long hb[3 * TL_BLOCKS];
+            static unsigned long long hb[TL_REC * TL_BLOCKS + TL_WBLOCKS];
             const int nb = apart_blocks < TL_BLOCKS ? apart_blocks : TL_BLOCKS;
-            if (cudaMemcpy(hb, d + 3 * TL_N, 3 * (size_t)nb * sizeof *hb, cudaMemcpyDeviceToHost) == cudaSuccess)
-                blocks(hb, nb, nseg, t0);
+            if (cudaMemcpy(hb, d + 3 * TL_N, sizeof hb, cudaMemcpyDeviceToHost) == cudaSuccess)
+                blocks(hb, hb + TL_REC * TL_BLOCKS, nb, nseg, t0);
         }
     }
 };

@@ -39,6 +39,15 @@ namespace vlacu {
 
 __host__ __device__ inline int ld_of(int cols) { return cols | 1; }
 
+/* 16 bytes as one load or store (the emulator has no float4) */
+#ifdef VLA_CUDA_EMU
+struct alignas(16) vf4 {
+    float x, y, z, w;
+};
+#else
+typedef float4 vf4;
+#endif
+
 /* Programmatic dependent launch (sm_90+): a kernel launched with the programmatic-serialization
  * attribute may start while the kernel before it in the stream still runs. Each such kernel calls
  * pdl_enter() before anything else: griddepcontrol.wait returns once the previous grid has

@@ -89,11 +89,12 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
  * took 5.4-6.3k cycles a call on the H200, this one 5.1-5.5k: session 11 run 4. What is left is
  * mostly each step's chain of dependent double operations, the reciprocal's six among them.) */
 /* VLA_INV16_UNROLL (development, session 17): the steps unrolled. The first call in a block pays for
- * fetching the 19 KB of code (3.5-7k cycles on top of 5.1k); rolled (1) it is 3.7 KB but a step took
- * 1,050 cycles instead of 320 (the forward 15-19% slower; 2: 6-9%), its selects no longer constant.
- * 8 keeps the step's column constant in 10.5 KB: not timed yet. */
+ * fetching the code (3.5-7k cycles on top of 5.1k at 16, 19 KB); rolled (1) it is 3.7 KB but a step
+ * took 1,050 cycles instead of 320 (the forward 15-19% slower; 2: 6-9%), its selects no longer
+ * constant. 8 (since session 18) keeps the step's column constant in 10.5 KB: the forward 0.2-0.6%
+ * faster than 16 (gated, (1,4,32) T = 2048 to 32768, two runs), the same bits. */
 #ifndef VLA_INV16_UNROLL
-#define VLA_INV16_UNROLL 16
+#define VLA_INV16_UNROLL 8
 #endif
 __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one copy however often called */
     const int lane = (int)threadIdx.x & 31, r = lane & 15, hc = lane >> 4;
