@@ -1897,6 +1897,21 @@ struct tline {
             v[4][i] = r[3] ? 1e-3 * (double)(r[3] - t0) : v[1][i]; /* inversion done (the first segment has none) */
             idx[i] = i;
         }
+        /* VLA_CP_TIMELINE_DUMP=file (development, session 18): every block's record appended as CSV */
+        if (const char *dump = getenv("VLA_CP_TIMELINE_DUMP")) {
+            static int call = 0;
+            if (FILE *f = fopen(dump, "a")) {
+                if (ftell(f) == 0) fprintf(f, "call,nseg,block,segment,smid,entry,wait,inv,p3,p4,p9,p11,exit\n");
+                for (int i = 0; i < nblk; i++) {
+                    const unsigned long long *r = b + TL_REC * i;
+                    auto us = [&](unsigned long long x) { return x ? 1e-3 * (double)(x - t0) : -1.0; };
+                    fprintf(f, "%d,%d,%d,%d,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", call, nseg, i, TL_SEG(i % nseg, nseg),
+                            (long long)r[4] - 1, us(r[0]), us(r[1]), us(r[3]), us(r[5]), us(r[6]), us(r[7]), us(r[8]), us(r[2]));
+                }
+                fclose(f);
+            }
+            call++;
+        }
         std::sort(idx, idx + nblk, [&](int x, int y) { return v[2][x] > v[2][y]; });
         static const char *const what[4] = {"entry", "wait done", "exit", "run"};
         fprintf(stderr, "apart blocks (%d, us: min / median / max):", nblk);
