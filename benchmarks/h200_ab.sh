@@ -19,14 +19,8 @@
 # between them ("new:A=1,B=0", "name:-DX=1,-DY=2").
 # (Runs 2-4 of benchmarks/results/2026-11-30-h200-session5 used earlier states of this script
 # with development switches since removed; that folder's README lists them.)
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-W=/tmp/ab && rm -rf "$W" && mkdir -p "$W" "$OUT"
-START=$SECONDS
-S="$W/summary.txt"
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+H200_SCRATCH=/tmp/ab
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, W, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 build() { # src dir, build dir, extra CUDA flags
   { cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DVLA_OPENCL=OFF ${3:+"-DCMAKE_CUDA_FLAGS=$3"} &&

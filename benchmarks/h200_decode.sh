@@ -7,13 +7,7 @@
 # VLA_CUDA_SEQREGS_DIRECT=1: the "direct" pass. That form was removed after the run (it was
 # slower), so on later commits both passes time the same kernel.
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_decode.sh   (logs in $OUT)
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-mkdir -p "$OUT"
-START=$SECONDS
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$OUT/summary.txt"; }
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -5,13 +5,7 @@
 #    new data in the same buffers, eviction; the carry path; softmax with non-finite values);
 #  - the decode row three times (its kernel is not graphed: T = 1 runs the sequential form).
 # Usage on the device (carry [".debs"]): OUT=... bash benchmarks/h200_session17_graphs.sh
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-mkdir -p "$OUT"
-START=$SECONDS
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$OUT/summary.txt"; }
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200-s17
 { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DVLA_OPENCL=OFF &&

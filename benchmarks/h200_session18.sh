@@ -8,13 +8,7 @@
 #     and over the ops cases whose names hold $SAN_ONLY (default "walk segments": the A part that
 #     sums its own Gram prefix): sanitizers.tar.gz, a line each in summary.txt (SAN=0: skipped).
 # Usage on the device (carry [".debs", ".ab"]): OUT=... AB_...=... bash benchmarks/h200_session18.sh
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-mkdir -p "$OUT"
-START=$SECONDS
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$OUT/summary.txt"; }
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, S, log()
 OUT=$OUT bash "$ROOT/benchmarks/h200_session12.sh" | tail -n 80
 log "A/B done"
 source "$ROOT/benchmarks/h200_env.sh"

@@ -9,14 +9,8 @@
 #      down the softmax failure of the OpenCL issue.
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_session2.sh
 # Writes $OUT/summary.txt and $OUT/all.tar.gz (every log).
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-W=/tmp/session2 && rm -rf "$W" && mkdir -p "$W" "$OUT"
-START=$SECONDS
-S="$W/summary.txt"
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+H200_SCRATCH=/tmp/session2
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, W, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200-fat
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader

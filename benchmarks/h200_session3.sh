@@ -10,14 +10,8 @@
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_session3.sh
 # (VLA_SKIP_SANITIZERS=1 leaves step 4 out.)
 # Writes $OUT/summary.txt, $OUT/bench_cuda.md and $OUT/all.tar.gz (every log).
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-W=/tmp/session3 && rm -rf "$W" && mkdir -p "$W" "$OUT"
-START=$SECONDS
-S="$W/summary.txt"
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+H200_SCRATCH=/tmp/session3
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, W, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200-fat
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader

@@ -17,14 +17,8 @@
 # AB_SHAPES, and SKIP_PROFILE=1 (no step 8); run 3 TEST_SEEDS="..." (test_cuda on each seed's
 # random inputs, new and old, after step 2).
 # Writes $OUT/summary.txt, $OUT/bench_cuda.md, $OUT/sdpa.md and $OUT/all.tar.gz (every log).
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-W=/tmp/session7 && rm -rf "$W" && mkdir -p "$W" "$OUT"
-START=$SECONDS
-S="$W/summary.txt"
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+H200_SCRATCH=/tmp/session7
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, W, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; } > "$W/device.txt" 2>&1
 build() { # src dir, build dir, archs, targets...

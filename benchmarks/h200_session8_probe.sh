@@ -4,14 +4,8 @@
 # chunk-parallel forward (VLA_CUDA_KERNEL_TIMES=1: CUDA events between kernels, clock64 phases of
 # one apart_kernel block) at (1,4,32) T = 2048, 8192 and (8,16,64) T = 2048.
 # Usage on the device (carry [".debs"]): bash benchmarks/h200_session8_probe.sh
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-W=/tmp/probe && rm -rf "$W" && mkdir -p "$W" "$OUT"
-START=$SECONDS
-S="$W/summary.txt"
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+H200_SCRATCH=/tmp/probe
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, W, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; } > "$W/device.txt" 2>&1
 B=$ROOT/build-h200-90

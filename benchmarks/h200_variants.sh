@@ -10,14 +10,7 @@
 #   2. bench_cuda_targets --only vla-chunked,delta (the target shapes) under each variant;
 #   3. per-kernel times (VLA_CUDA_KERNEL_TIMES=1) at $VLA_PROFILE_SHAPES under the first variant.
 # Usage on the device (carry [".debs"]): OUT=... bash benchmarks/h200_variants.sh
-set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/h200-out}
-mkdir -p "$OUT"
-START=$SECONDS
-S="$OUT/summary.txt"
-log() { echo "[$((SECONDS - START)) s] $*" | tee -a "$S"; }
+source "$(dirname "${BASH_SOURCE[0]}")/h200_preamble.sh" # ROOT, cd, OUT, S, log()
 source "$ROOT/benchmarks/h200_env.sh"
 B=$ROOT/build-h200
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
