@@ -240,6 +240,7 @@ typedef struct shape {
 
 typedef struct inputs {
     vla_buffer *q[3], *k[3], *v[3], *o, *S, *A, *n;
+    vla_buffer *pad[9]; /* VLA_BENCH_PAD (development): unused buffers between the inputs */
 } inputs;
 
 static vla_backend *be;
@@ -264,8 +265,17 @@ static vla_buffer *alloc_buf(size_t n) {
 static int make_inputs(const shape *s, inputs *in) {
     memset(in, 0, sizeof *in);
     const size_t nt = (size_t)s->B * s->T * s->H * s->d;
+    /* VLA_BENCH_PAD=bytes (development, session 18): an unused buffer of that size allocated before
+     * each of q, k and v, to move the inputs in memory */
+    const char *pe = getenv("VLA_BENCH_PAD");
+    const size_t pad = pe && *pe ? (size_t)strtoull(pe, NULL, 10) / sizeof(float) : 0;
     for (int i = 0; i < 3; i++) {
-        if (!(in->q[i] = alloc_buf(nt)) || !(in->k[i] = alloc_buf(nt)) || !(in->v[i] = alloc_buf(nt))) return -1;
+        if (pad && (!(in->pad[3 * i] = alloc_buf(pad)))) return -1;
+        if (!(in->q[i] = alloc_buf(nt))) return -1;
+        if (pad && (!(in->pad[3 * i + 1] = alloc_buf(pad)))) return -1;
+        if (!(in->k[i] = alloc_buf(nt))) return -1;
+        if (pad && (!(in->pad[3 * i + 2] = alloc_buf(pad)))) return -1;
+        if (!(in->v[i] = alloc_buf(nt))) return -1;
         upload_rand(in->q[i], nt, 1000 * i + 1), upload_rand(in->k[i], nt, 1000 * i + 7);
         upload_rand(in->v[i], nt, 1000 * i + 13);
     }
@@ -278,6 +288,7 @@ static int make_inputs(const shape *s, inputs *in) {
 
 static void free_inputs(inputs *in) {
     for (int i = 0; i < 3; i++) vla_buffer_free(in->q[i]), vla_buffer_free(in->k[i]), vla_buffer_free(in->v[i]);
+    for (int i = 0; i < 9; i++) vla_buffer_free(in->pad[i]);
     vla_buffer_free(in->o), vla_buffer_free(in->S), vla_buffer_free(in->A), vla_buffer_free(in->n);
     memset(in, 0, sizeof *in);
 }

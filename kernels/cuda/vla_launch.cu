@@ -156,14 +156,24 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
                 if (L->nseg > 1)
                     L->cpGp = w.take(sat_mul(sat_mul(BH, (size_t)(L->nseg - 1) * chunkpar_gram_parts(L->seg)), DK * DK * 4));
             }
+            /* VLA_CP_WS_PAD=bytes (development, session 18): that much unused space before each of the
+             * arrays the A part writes, to see whether a block's speed follows where they lie */
+            static const size_t ws_pad = [] {
+                const char *e = getenv("VLA_CP_WS_PAD");
+                return e && *e ? (size_t)strtoull(e, nullptr, 10) : (size_t)0;
+            }();
+            auto padded = [&](size_t bytes) {
+                if (ws_pad) w.take(ws_pad);
+                return w.take(bytes);
+            };
             if (a->mech != VLACU_LINEAR) { /* linear: P = I, W = 0, Y = V, Al = phi(k) (none stored) */
-                L->cpAl = w.take(sat_mul(sat_mul(BH, T), DK * f4));
-                L->cpW = w.take(sat_mul(sat_mul(BH, T), DK * f4));
-                L->cpY = w.take(sat_mul(sat_mul(BH, T), dv * f4));
-                L->cpPm = w.take(sat_mul(sat_mul(BH, nch), DK * DK * f4));
+                L->cpAl = padded(sat_mul(sat_mul(BH, T), DK * f4));
+                L->cpW = padded(sat_mul(sat_mul(BH, T), DK * f4));
+                L->cpY = padded(sat_mul(sat_mul(BH, T), dv * f4));
+                L->cpPm = padded(sat_mul(sat_mul(BH, nch), DK * DK * f4));
             }
-            L->cpXst = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
-            L->cpQm = w.take(sat_mul(sat_mul(BH, nch), DK * dv * f4));
+            L->cpXst = padded(sat_mul(sat_mul(BH, nch), DK * dv * f4));
+            L->cpQm = padded(sat_mul(sat_mul(BH, nch), DK * dv * f4));
             if (a->mech == VLACU_VLA) L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
             chunkpar_walk(*a, *dev, (int)L->nchunks, &L->bv, &L->wlen, &L->wnseg);
             if (L->wnseg > 1) {
