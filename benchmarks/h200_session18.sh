@@ -20,14 +20,14 @@ for r in $(seq 1 "${DEC_ROUNDS:-3}"); do
 done
 grep -E ' vla ' "$OUT/decode.txt" | tee -a "$OUT/summary.txt"
 [ "${SAN:-1}" = 0 ] && { log "done (SAN=0: no sanitizers)"; exit 0; }
-S=/tmp/s18-san && rm -rf "$S" && mkdir -p "$S"
+SD=/tmp/s18-san && rm -rf "$SD" && mkdir -p "$SD" # (not S: log() writes to $S)
 T="$ROOT/build-ab-new/tests/test_cuda"
 for tool in memcheck racecheck; do
-  CK_RUN_CASE=decode CK_FORK=no timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$T" > "$S/$tool-decode.txt" 2>&1
-  log "compute-sanitizer $tool (test_cuda decode) exit $?: $(grep -h 'SUMMARY' "$S/$tool-decode.txt" | tail -n 1); $(grep -h 'Checks' "$S/$tool-decode.txt" | tail -n 1)"
+  CK_RUN_CASE=decode CK_FORK=no timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$T" > "$SD/$tool-decode.txt" 2>&1
+  log "compute-sanitizer $tool (test_cuda decode) exit $?: $(grep -h 'SUMMARY' "$SD/$tool-decode.txt" | tail -n 1); $(grep -h 'Checks' "$SD/$tool-decode.txt" | tail -n 1)"
   VLA_CUDA_TEST_ONLY="${SAN_ONLY:-walk segments}" CK_RUN_CASE=ops CK_FORK=no timeout 200 \
-    compute-sanitizer --tool $tool --error-exitcode 9 "$T" > "$S/$tool-ops.txt" 2>&1
-  log "compute-sanitizer $tool (test_cuda ops: ${SAN_ONLY:-walk segments}) exit $?: $(grep -h 'SUMMARY' "$S/$tool-ops.txt" | tail -n 1); $(grep -h 'Checks' "$S/$tool-ops.txt" | tail -n 1)"
+    compute-sanitizer --tool $tool --error-exitcode 9 "$T" > "$SD/$tool-ops.txt" 2>&1
+  log "compute-sanitizer $tool (test_cuda ops: ${SAN_ONLY:-walk segments}) exit $?: $(grep -h 'SUMMARY' "$SD/$tool-ops.txt" | tail -n 1); $(grep -h 'Checks' "$SD/$tool-ops.txt" | tail -n 1)"
 done
-tar -C "$S" -czf "$OUT/sanitizers.tar.gz" .
+tar -C "$SD" -czf "$OUT/sanitizers.tar.gz" .
 log "done"

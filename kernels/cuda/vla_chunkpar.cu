@@ -950,41 +950,27 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
              * (63 parts) went from 9.4-10.7k to 8.0-8.9k cycles, the forward 0.7% faster gated; 16 or
              * 32 parts a round trip were no faster (all the blocks' folds together read about 33 MB
              * from L2 in a few microseconds). The same sums in the same order: the same bits. */
-            constexpr int PER = DK * DK / (4 * NT); /* 16-byte pieces a thread (1) */
-            static_assert(PER * 4 * NT == DK * DK, "the fold's pieces must split over NT threads");
-            double m[PER][4];
-            const vf4 *gp[PER];
+            static_assert(DK * DK == 4 * NT, "the fold's map: one 16-byte piece a thread");
+            const int fr = (int)threadIdx.x / (DK / 4), fc = 4 * ((int)threadIdx.x % (DK / 4));
+            double m[4];
 #pragma unroll
-            for (int p = 0; p < PER; p++) {
-                const int e4 = (int)threadIdx.x + NT * p, fr = e4 / (DK / 4), fc = 4 * (e4 % (DK / 4));
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) m[p][jj] = m0_entry(P, bh, fr, fc + jj);
-                gp[p] = reinterpret_cast<const vf4 *>(P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + fr * DK + fc);
-            }
+            for (int jj = 0; jj < 4; jj++) m[jj] = m0_entry(P, bh, fr, fc + jj);
+            const vf4 *gp = reinterpret_cast<const vf4 *>(P.Gp + (size_t)bh * (P.nseg - 1) * P.gparts * DK * DK + fr * DK + fc);
             const int nq = g * P.gparts;
             constexpr int U = VLA_CP_FOLD_PARTS; /* parts a round trip */
             for (int q0 = 0; q0 < nq; q0 += U) {
-                vf4 x[U][PER];
+                vf4 x[U];
 #pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int p = 0; p < PER; p++) {
-                        if (q0 + u < nq) x[u][p] = gp[p][(size_t)(q0 + u) * (DK * DK / 4)];
-                        else x[u][p].x = x[u][p].y = x[u][p].z = x[u][p].w = 0.0f;
-                    }
+                for (int u = 0; u < U; u++) {
+                    if (q0 + u < nq) x[u] = gp[(size_t)(q0 + u) * (DK * DK / 4)];
+                    else x[u].x = x[u].y = x[u].z = x[u].w = 0.0f;
+                }
 #pragma unroll
                 for (int u = 0; u < U; u++) /* in part order, as cp_prefix with one run */
-#pragma unroll
-                    for (int p = 0; p < PER; p++) {
-                        m[p][0] += x[u][p].x, m[p][1] += x[u][p].y, m[p][2] += x[u][p].z, m[p][3] += x[u][p].w;
-                    }
+                    m[0] += x[u].x, m[1] += x[u].y, m[2] += x[u].z, m[3] += x[u].w;
             }
 #pragma unroll
-            for (int p = 0; p < PER; p++) {
-                const int e4 = (int)threadIdx.x + NT * p, fr = e4 / (DK / 4), fc = 4 * (e4 % (DK / 4));
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) Md[fr * ldm + fc + jj] = m[p][jj];
-            }
+            for (int jj = 0; jj < 4; jj++) Md[fr * ldm + fc + jj] = m[jj];
             folded = true;
         }
         if (!folded) {
