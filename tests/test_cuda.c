@@ -103,6 +103,11 @@ static const cu_case cases[] = {
      .with_g = 1},
     {.name = "delta C4 T300 beta walk segments", .mech = DE, .B = 1, .T = 300, .H = 1, .dk = 16, .dv = 24, .chunk = 4,
      .with_beta = 1},
+    /* 45 chunks of 4, dv odd: the plain walk at dk <= 32 (walk_quad_kernel, seven steps of P in flight
+     * since session 19) over more steps than its unrolled groups of eight, ending inside one, and a
+     * last column pair with one live column */
+    {.name = "delta C4 T180 H2 dk24 dv31 beta, plain walk of 45 steps", .mech = DE, .B = 1, .T = 180, .H = 2,
+     .dk = 24, .dv = 31, .chunk = 4, .with_beta = 1, .with_states = 1},
     {.name = "delta C7", .mech = DE, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 7, .with_beta = 1,
      .with_g = 1},
     {.name = "delta dk200 dv256 T40 C16 beta g", .mech = DE, .B = 1, .T = 40, .H = 1, .dk = 200, .dv = 256,
@@ -124,6 +129,8 @@ static const cu_case cases[] = {
      .dk = 20, .dv = 24, .chunk = 4, .with_states = 1, .t0 = 2},
     {.name = "vla C4 T258 B2 dk32 dv32 u elu1 walk segments, output folded", .mech = VL, .B = 2, .T = 258, .H = 1,
      .dk = 32, .dv = 32, .chunk = 4, .with_u = 1, .elu1 = 1},
+    {.name = "vla C4 T200 dk32 dv30 states, plain walk of 50 steps", .mech = VL, .B = 1, .T = 200,
+     .H = 1, .dk = 32, .dv = 30, .chunk = 4, .with_states = 1},
     {.name = "vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
      .lambda0 = 1.0},
     {.name = "vla u given C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16, .with_u = 1},

@@ -74,9 +74,11 @@ enum { TL_GRAM, TL_PREFIX, TL_APART, TL_OUTPRE, TL_WALK, TL_WMAP, TL_WSCAN, TL_W
 constexpr int TL_BLOCKS = 4096; /* apart_kernel's first blocks: each one's entry, wait done and exit, after the spans */
 /* Since session 18 a block's record has TL_REC slots: entry, wait done, exit, its inversion done
  * (TL_INV_DONE in apart_kernel), its multiprocessor + 1, and the first chunk's phases 3, 4, 9 and 11
- * ending (TL_PHASE); then TL_WBLOCKS slots for the plain walk's blocks' multiprocessors + 1 (they are
- * resident, waiting, while the A part runs). */
-constexpr int TL_REC = 9, TL_WBLOCKS = 1024;
+ * ending (TL_PHASE 0-3); since session 19 also TL_PHASE 4-7: chol_z_blocked's end before V's loads
+ * are issued, V waited for in s_factors, its unit-lower inverse, W and Y stored. Then TL_WBLOCKS
+ * slots for the plain walk's blocks' multiprocessors + 1 (they are resident, waiting, while the A
+ * part runs). */
+constexpr int TL_REC = 13, TL_WBLOCKS = 1024;
 /* VLA_CP_SEG_REV (development, session 18): apart_kernel's block x takes segment nseg - 1 - x % nseg,
  * to tell a segment's own cost from its block's place in the launch */
 #ifdef VLA_CP_SEG_REV
@@ -757,14 +759,20 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
     float *Yg = P.Y + ((size_t)bh * a.T + ts) * dv;
 #if VLA_CP_TC
     unit_lower_inverse(G, ldc, scr, 48 + LD_PAD); /* G <- (I + Lw)^{-1} */
-    if (first) PROF(17);
+    if (first) {
+        PROF(17);
+        TL_PHASE(P, 6);
+    }
 #endif
     for (int v0 = 0; v0 < dv; v0 += DK) {
         const int nv = imin(DK, dv - v0);
         if (v0 == 0) async_wait(); /* prefetched */
         else stage_rows<C, DK>(Vs, ld, vsrc + v0, sv, c, nv);
         __syncthreads();
-        if (first && v0 == 0) PROF(16);
+        if (first && v0 == 0) {
+            PROF(16);
+            TL_PHASE(P, 5);
+        }
 #if VLA_CP_TC
         if (INPLACE) { /* Y = T V over V, and (first block) W = T K over K: all of V and K read first */
             typedef blk<C, DK> tl;
@@ -813,6 +821,7 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
                 const int t = e / DK, cc = e - t * DK;
                 if (cc < nv) Yg[(size_t)t * dv + v0 + cc] = Ys[t * ld + cc];
             }
+        if (first && v0 == 0) TL_PHASE(P, 7);
         /* 12. the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W, Q = Al^T Y */
         {
             typedef blk<DK, DK> tl;
@@ -1024,6 +1033,7 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     }
 #if VLA_CP_TC /* 4-6. Z = L^{-1} UA, G = I + UA U^T = L L^T, by blocks of 16 rows */
     chol_z_blocked<DK>(U, UA, G, ld, ldc, P.prof && first && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
+    if (first) TL_PHASE(P, 4);
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
     if (FOLD && !a.elu1) /* Q~ in flight too (s_factors waits for both) */
         async_rows<C, DK>(Qf, ld, a.q + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
@@ -1504,7 +1514,7 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
 
 /* The walk at DK = 32 with few heads (sm_80+, session 9), each entry of X by four threads: thread
  * (i, c, q) holds the quarter k = 8q .. 8q + 7 of row i of P_j (two 16-byte loads, AHEAD chunks
- * ahead: 3 for the plain walk since session 13, 2 for W_SCAN), reads the same quarter of X's column
+ * ahead: 7 for the plain walk since session 19, 2 for W_SCAN), reads the same quarter of X's column
  * c from shared memory (two 16-byte loads), makes 8 multiply-adds, and the four quarters meet by
  * two shuffles. Two columns a block (QW_COLS), so a head's walk spreads over dv / 2 blocks. A step
  * is about 25 instructions a warp where walk_rows_kernel's was 94 (one thread an entry: 32
@@ -1521,11 +1531,16 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
  * are its steps), where the first and last launches have a block per segment too and keep
  * walk_kernel. */
 constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns x 4 quarters */
+#ifndef VLA_WQ_DIAG
+/* development (session 19; timing only, the results are wrong): the plain walk's steps without
+ * 1 the X_j stores, 2 any loads, 3 the barrier (a warp's), 4 the second 16 bytes of P's quarter, 5 Q */
+#define VLA_WQ_DIAG 0
+#endif
 template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
     tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P);
     static_assert(MODE == W_PLAIN || MODE == W_SCAN, "the plain walk or the scan over segment maps");
     constexpr int DK = 32, ldx = DK + 4;
-    static_assert(AHEAD >= 1 && AHEAD <= 3, "P_{j+1} .. P_{j+3} in flight");
+    static_assert(AHEAD >= 1 && AHEAD <= 7, "P_{j+1} .. P_{j+AHEAD} in flight");
     __shared__ __align__(16) float xt[2][QW_COLS][ldx]; /* X^T: [column][row], by step parity */
     const vlacu_args &a = P.a;
     const int dk = a.dk, dv = a.dv, nvb = (dv + QW_COLS - 1) / QW_COLS;
@@ -1544,8 +1559,8 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
     auto fetch = [&](int j, vf4 (&pd)[2], float &qd) { /* step j's P row i (quarter q) and Q entry */
         if constexpr (MODE == W_PLAIN) { /* (written as before session 12: the same code) */
             const vf4 *p4 = reinterpret_cast<const vf4 *>(P.Pm + ((size_t)bh * nch + j) * DK * DK + i * DK + 8 * q);
-            pd[0] = p4[0], pd[1] = p4[1];
-            qd = live && q == 0 ? P.Qm[(((size_t)bh * nch + j) * DK + i) * dv + col] : 0.0f;
+            pd[0] = p4[0], pd[1] = VLA_WQ_DIAG == 4 ? pd[0] : p4[1];
+            qd = VLA_WQ_DIAG != 5 && live && q == 0 ? P.Qm[(((size_t)bh * nch + j) * DK + i) * dv + col] : 0.0f;
         } else {
             const float *pj = P.Seg + ((size_t)bh * nch + j) * pstride + (size_t)i * pld;
             const vf4 *p4 = reinterpret_cast<const vf4 *>(pj + 8 * q);
@@ -1567,8 +1582,9 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
             const int j = jb + u;
             if (j >= nch) break;
             const int s = j & 1;
-            if (q == 0 && live) xbase[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
-            if (j + AHEAD < nch) fetch(j + AHEAD, pb[(u + AHEAD) % (AHEAD + 1)], qb[(u + AHEAD) % (AHEAD + 1)]);
+            if (VLA_WQ_DIAG != 1 && q == 0 && live) xbase[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
+            if (VLA_WQ_DIAG != 2 && j + AHEAD < nch)
+                fetch(j + AHEAD, pb[(u + AHEAD) % (AHEAD + 1)], qb[(u + AHEAD) % (AHEAD + 1)]);
             const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][8 * q]);
             const vf4 x0 = xv[0], x1 = xv[1], p0 = pb[u][0], p1 = pb[u][1];
             float part = qb[u];
@@ -1584,7 +1600,8 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
             part += __shfl_xor_sync(0xffffffffu, part, 2);
             x = part;
             if (q == 0) xt[s ^ 1][c][i] = x;
-            __syncthreads();
+            if (VLA_WQ_DIAG == 3) __syncwarp();
+            else __syncthreads();
             if (j == 0) PROF(14);
             if (j == 1) PROF(15);
         }
@@ -1887,12 +1904,13 @@ struct tline {
         if (const char *dump = getenv("VLA_CP_TIMELINE_DUMP")) {
             static int call = 0;
             if (FILE *f = fopen(dump, "a")) {
-                if (ftell(f) == 0) fprintf(f, "call,nseg,block,segment,smid,entry,wait,inv,p3,p4,p9,p11,exit\n");
+                if (ftell(f) == 0) fprintf(f, "call,nseg,block,segment,smid,entry,wait,inv,p3,p4,p9,p11,exit,cz,vw,tinv,wy\n");
                 for (int i = 0; i < nblk; i++) {
                     const unsigned long long *r = b + TL_REC * i;
                     auto us = [&](unsigned long long x) { return x ? 1e-3 * (double)(x - t0) : -1.0; };
-                    fprintf(f, "%d,%d,%d,%d,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", call, nseg, i, TL_SEG(i % nseg, nseg),
-                            (long long)r[4] - 1, us(r[0]), us(r[1]), us(r[3]), us(r[5]), us(r[6]), us(r[7]), us(r[8]), us(r[2]));
+                    fprintf(f, "%d,%d,%d,%d,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", call, nseg, i,
+                            TL_SEG(i % nseg, nseg), (long long)r[4] - 1, us(r[0]), us(r[1]), us(r[3]), us(r[5]), us(r[6]), us(r[7]),
+                            us(r[8]), us(r[2]), us(r[9]), us(r[10]), us(r[11]), us(r[12]));
                 }
                 fclose(f);
             }
@@ -2113,6 +2131,13 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         const size_t sa = apart_smem<DK>::bytes + (outfold ? apart_smem<DK>::qbytes : 0);
         if ((e = raise(aslot, ka, sa)) != cudaSuccess) return e;
         if ((e = cp_launch(ka, BH * nseg, sa, st, PP)) != cudaSuccess) return e;
+#ifdef VLA_CP_TIMELINE
+        /* VLA_CP_APART_TWICE=1 (development, session 19, timeline build): the A part launched a
+         * second time, the same work over the same outputs, so that its blocks' records are those
+         * of a launch whose code the multiprocessors have just run (the instruction-fetch test) */
+        if (const char *tw = getenv("VLA_CP_APART_TWICE"))
+            if (tw[0] == '1' && (e = cp_launch(ka, BH * nseg, sa, st, PP)) != cudaSuccess) return e;
+#endif
         kt.mark("apart", st);
     } else {
         const bool many = P.sfac_minb > 2;
@@ -2159,14 +2184,22 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
     } else if (DK == 32 && quad) { /* four threads an entry of X (walk_quad_kernel) */
         const unsigned nq = (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS);
-        /* three steps of P in flight: the 32 steps of (1,4,32) T = 2048 took 15.2k cycles against 16.9k
-         * with two, and the forward 1% less (session 13 run 5; the scan over segment maps keeps two:
-         * three there made T = 8192 1.5% slower, run 4). VLA_CP_QW_AHEAD=2 (development): two */
+        /* seven steps of P in flight (session 19; three since session 13, which had found three better
+         * than two: 15.2k against 16.9k cycles for the 32 steps of (1,4,32) T = 2048). The loads of a
+         * step ahead were what a step waited on: with none at all (VLA_WQ_DIAG=2) the steps took
+         * 10.4k cycles; 4, 5 and 7 ahead 14.6k, 13.2k and 12.5k against 14.9k, and the forward
+         * 0.0545, 0.0540 and 0.0536 ms gated against 0.0560 (session 19 run 10; the scan over segment
+         * maps keeps two: three there made T = 8192 1.5% slower, session 13 run 4). The same sums,
+         * the same bits. VLA_QW_AHEAD=n (development, compile time) sets it; VLA_CP_QW_AHEAD=2
+         * (development, environment): two */
         static const bool ahead2 = [] {
             const char *e = getenv("VLA_CP_QW_AHEAD");
             return e && e[0] == '2';
         }();
-        const kfn kq = ahead2 ? walk_quad_kernel<2, W_PLAIN> : walk_quad_kernel<3, W_PLAIN>;
+#ifndef VLA_QW_AHEAD
+#define VLA_QW_AHEAD 7
+#endif
+        const kfn kq = ahead2 ? walk_quad_kernel<2, W_PLAIN> : walk_quad_kernel<VLA_QW_AHEAD, W_PLAIN>;
         if ((e = cp_launch(kq, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
     } else if (DK == 32 && bv <= 16) { /* P's rows in registers (walk_rows_kernel); static shared memory only */
         /* two chunks ahead (96 registers of P rows, one block a multiprocessor) when the blocks fit one a
