@@ -1536,6 +1536,9 @@ constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns
  * 1 the X_j stores, 2 any loads, 3 the barrier (a warp's), 4 the second 16 bytes of P's quarter, 5 Q */
 #define VLA_WQ_DIAG 0
 #endif
+#ifndef VLA_QW_AHEAD
+#define VLA_QW_AHEAD 7 /* the plain walk's steps of P in flight (run(); development: other depths) */
+#endif
 template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
     tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P);
     static_assert(MODE == W_PLAIN || MODE == W_SCAN, "the plain walk or the scan over segment maps");
@@ -2187,7 +2190,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         /* seven steps of P in flight (session 19; three since session 13, which had found three better
          * than two: 15.2k against 16.9k cycles for the 32 steps of (1,4,32) T = 2048). The loads of a
          * step ahead were what a step waited on: with none at all (VLA_WQ_DIAG=2) the steps took
-         * 10.4k cycles; 4, 5 and 7 ahead 14.6k, 13.2k and 12.5k against 14.9k, and the forward
+         * 9.8-10.4k cycles (runs 6, 7); 4, 5 and 7 ahead 14.6k, 13.2k and 12.5k against 14.9k, and the forward
          * 0.0545, 0.0540 and 0.0536 ms gated against 0.0560 (session 19 run 10; the scan over segment
          * maps keeps two: three there made T = 8192 1.5% slower, session 13 run 4). The same sums,
          * the same bits. VLA_QW_AHEAD=n (development, compile time) sets it; VLA_CP_QW_AHEAD=2
@@ -2196,9 +2199,6 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
             const char *e = getenv("VLA_CP_QW_AHEAD");
             return e && e[0] == '2';
         }();
-#ifndef VLA_QW_AHEAD
-#define VLA_QW_AHEAD 7
-#endif
         const kfn kq = ahead2 ? walk_quad_kernel<2, W_PLAIN> : walk_quad_kernel<VLA_QW_AHEAD, W_PLAIN>;
         if ((e = cp_launch(kq, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
     } else if (DK == 32 && bv <= 16) { /* P's rows in registers (walk_rows_kernel); static shared memory only */
