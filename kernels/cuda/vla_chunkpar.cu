@@ -1539,6 +1539,10 @@ constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns
 #ifndef VLA_QW_AHEAD
 #define VLA_QW_AHEAD 7 /* the plain walk's steps of P in flight (run(); development: other depths) */
 #endif
+#ifndef VLA_QW_SCAN_AHEAD
+#define VLA_QW_SCAN_AHEAD 2 /* the same for the scan over segment maps (development: other depths; 3, 5
+                             * and 7 were no faster at (1,4,32) T = 8192 to 131072, session 19 run 12) */
+#endif
 template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
     tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P);
     static_assert(MODE == W_PLAIN || MODE == W_SCAN, "the plain walk or the scan over segment maps");
@@ -2181,7 +2185,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         if ((e = cp_launch(km, BH * ((unsigned)(DK / 32) + nvb) * ns, sc, st, PP)) != cudaSuccess) return e;
         if (quad_scan_ok(DK, P.a.dv, (long long)BH, P.cc, P.sms)) { /* four threads an entry of X */
             const unsigned nq = (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS);
-            if ((e = cp_launch(walk_quad_kernel<2, W_SCAN>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
+            if ((e = cp_launch(walk_quad_kernel<VLA_QW_SCAN_AHEAD, W_SCAN>, BH * nq, 0, st, PP, QW_NT)) != cudaSuccess) return e;
         } else if ((e = cp_launch(ks, BH * nvb, sc, st, PP)) != cudaSuccess)
             return e;
         if ((e = cp_launch(kl, BH * nvb * ns, sc, st, PP)) != cudaSuccess) return e;
