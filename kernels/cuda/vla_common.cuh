@@ -60,6 +60,81 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* The two halves, for kernels that wait on chunk flags instead (cp_params::cflag) */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Chunk flags between kernels that run at once (programmatic launch, cp_params::cflag). The producer
+ * block: every thread's stores, a barrier, then one thread flag_set (a fence, then a relaxed
+ * device-scope store: the release pattern, cumulative over the stores the barrier ordered before
+ * it). A consumer: flag_get (a relaxed device-scope load, which does not stop at the L1 cache)
+ * until it reads 1, then flag_acquire (a fence) before it reads the data, and the data through
+ * L2 (__ldcg, cp.async .cg). In the emulator the kernels run one after another: plain accesses. */
+__device__ __forceinline__ void flag_set(int *f) {
+#ifdef VLA_CUDA_EMU
+    *(volatile int *)f = 1;
+#else
+    __threadfence();
+    asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(f), "r"(1) : "memory");
+#endif
+}
+__device__ __forceinline__ int flag_get(const int *f) {
+#ifdef VLA_CUDA_EMU
+    return *(const volatile int *)f;
+#else
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+    return v;
+#endif
+}
+__device__ __forceinline__ void flag_acquire() {
+#ifndef VLA_CUDA_EMU
+    __threadfence();
+#endif
+}
+/* The warp's lanes whose pred holds (all 32 lanes call it) */
+__device__ __forceinline__ unsigned warp_ballot(bool pred) {
+#ifdef VLA_CUDA_EMU
+    int mine = pred ? 1 : 0, all[32];
+    emu_warp_gather(&mine, all, sizeof mine);
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) m |= all[l] ? 1u << l : 0u;
+    return m;
+#else
+    return __ballot_sync(0xffffffffu, pred);
+#endif
+}
+/* The number of trailing ones of m (32 for all ones) */
+__device__ __forceinline__ int trailing_ones(unsigned m) {
+#ifdef VLA_CUDA_EMU
+    int n = 0;
+    while (n < 32 && (m >> n & 1u)) n++;
+    return n;
+#else
+    return m == 0xffffffffu ? 32 : __ffs(~m) - 1;
+#endif
+}
+/* A load through L2 only (data behind a chunk flag: no stale L1 line) */
+template <typename T> __device__ __forceinline__ T ld_l2(const T *p) {
+#ifdef VLA_CUDA_EMU
+    return *p;
+#else
+    return __ldcg(p);
+#endif
+}
+__device__ __forceinline__ void flag_pause() {
+#ifndef VLA_CUDA_EMU
+    __nanosleep(128);
+#endif
+}
 
 /* Host: raises a kernel's dynamic shared-memory limit to `bytes` (needed above 48 KB) once per
  * device and size: the call costs microseconds, which the decode path should not pay per token.
