@@ -9,7 +9,8 @@
 #     the work runs, not the sums: every output and state should have the same bits);
 #  3. repeat.txt: the (1,4,32) T = 2048 VLA forward (chunked, the flagged launches) 40 times, each
 #     process's output and final states compared with the first's and with old's, byte for byte;
-#  4. two ungated rounds of both trees at the six target shapes: ungated.txt.
+#  4. two ungated rounds of both trees at the six target shapes: ungated.txt;
+#  5. the chunk flags on and off in the new build at (1,4,32) T = 2048, gated, three rounds (ungated.txt).
 # Usage on the device: OUT=... bash benchmarks/h200_session20_final.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,6 +47,15 @@ for round in 1 2; do
   done
 done | tee "$OUT/ungated.txt"
 grep -E "gated:" "$OUT/final.txt" | sed -E 's/\| \([0-9,]+\) T=[0-9]+ (softmax|delta)[^|]*//g'
+# 5. the chunk flags on and off (VLA_CP_FLAGS=0) in the new build, gated, three rounds (appended to ungated.txt)
+for round in 1 2 3; do
+  for f in on off; do
+    b=$(find "$ROOT/build-ab-new/" -name bench_cuda_targets -type f | head -1)
+    envs=(); [ $f = off ] && envs=(VLA_CP_FLAGS=0)
+    echo "== round $round flags $f gated: $(env "${envs[@]}" timeout 120 "$b" --no-limits --gate 3000 --only vla-chunked --shape 1,4,32,2048 2>&1 >/dev/null |
+      grep -E ' ms \(' | awk '{printf "%s %s %s | ", $1, $2, $(NF-3)}')"
+  done
+done | tee -a "$OUT/ungated.txt"
 # (the device returns eight files: the gated rounds' stderr go into one archive; summary.txt is in all.tar.gz)
 tar -C "$OUT" -czf "$OUT/gated-err.tar.gz" $(cd "$OUT" && ls gated-r*.err) && rm -f "$OUT"/gated-r*.err "$OUT/summary.txt"
 ls "$OUT"

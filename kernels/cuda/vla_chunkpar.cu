@@ -898,7 +898,12 @@ template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 
 /* FOLD (dk = 32): the output's first half here too (P.outfold, a kernel of its own: in
  * the same instance it made apart_kernel<32, 2> 10% longer, and (1,4,32) T = 2048, which does not
  * use it, about 1% slower in session 12's A/B runs) */
-template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
+/* FLAGS (session 20): the chunk flags (P.cflag) set at the end, an instance of its own: the flag code
+ * in the one instance moved register allocation, and apart_kernel<32, 2> spilled 20 bytes with it
+ * inside the chunk loop ((1,4,32) T = 2048 to 131072 3-16% slower, session 20 run 7), <64, 2> 92
+ * bytes with it after the loop. */
+template <int DK, int MINB, bool FOLD = false, bool FLAGS = false>
+__global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
     static_assert(!FOLD || DK == 32, "the fold is dk = 32's");
     tl_scope<TL_APART> tl_(P);
     VLACU_DYNSMEM(smem);
@@ -1125,15 +1130,19 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     s_factors<DK, true>(P, bh, j, ts, c, vsrc, sv, !FOLD, K, Al, G, U, U, UA, first);
     if constexpr (FOLD) fold_out(ts, c, U); /* (Y over V in U) */
 #endif
-    /* chunk j's P, Q, Al, W, Y are stored (s_factors and fold_out end with a barrier): its flag, for
-     * the walk and OUT_PRE waiting beside this kernel (P.cflag) */
-    if (P.cflag && threadIdx.x == 0) flag_set(P.cflag + (size_t)bh * P.nch + j);
     if (first) {
         PROF(11);
         TL_PHASE(P, 3);
         PROF_NS(61);
     }
     }
+    /* FLAGS: the segment's chunks' P, Q, Al, W, Y are stored (s_factors and fold_out end with a
+     * barrier): their flags, for the walk and OUT_PRE waiting beside this kernel (P.cflag). After the
+     * loop, where it is used a segment being one chunk: inside it, at each chunk's end, they cost
+     * registers (see FLAGS above). */
+    if constexpr (FLAGS)
+        if (threadIdx.x == 0)
+            for (int j = j0; j < j1; j++) flag_set(P.cflag + (size_t)bh * P.nch + j);
 }
 
 /* ---- cp_sfac: a chunk's S factors (s_factors) for DeltaNet (no A part), one block a
@@ -1608,11 +1617,11 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
     };
     float x = a.S_in && i < dk && live ? a.S_in[(size_t)bh * dk * dv + (size_t)i * dv + col] : 0.0f; /* X_0 = S_in^T */
     if (q == 0) xt[0][c][i] = x;
-    if (flg) look(AHEAD - 1, false);
+    if (MODE == W_PLAIN && flg) look(AHEAD - 1, false);
 #pragma unroll
     for (int u = 0; u < AHEAD; u++)
         if (u < nch) {
-            if (u < known) fetch(u, pb[u], qb[u]);
+            if (MODE != W_PLAIN || u < known) fetch(u, pb[u], qb[u]);
             else pend |= 1u << u;
         }
     __syncthreads();
@@ -1624,7 +1633,7 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
             const int j = jb + u;
             if (j >= nch) break;
             const int s = j & 1;
-            if (pend >> u & 1u) { /* chunk j was not out at its fetch: wait for it, and take what else is out */
+            if (MODE == W_PLAIN && (pend >> u & 1u)) { /* chunk j was not out at its fetch: wait for it, and take what else is out */
                 look(j, true);
                 fetch(j, pb[u], qb[u]);
                 pend &= ~(1u << u);
@@ -1640,9 +1649,9 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
             if (VLA_WQ_DIAG != 1 && q == 0 && live) xbase[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
             if (VLA_WQ_DIAG != 2 && j + AHEAD < nch) {
                 const int sa = (u + AHEAD) % (AHEAD + 1); /* (a constant: the loop is unrolled) */
-                if (j + AHEAD >= known) look(j + AHEAD, false); /* (only while the walk is at the A part's front; looking
+                if (MODE == W_PLAIN && j + AHEAD >= known) look(j + AHEAD, false); /* (only while the walk is at the A part's front; looking
                                                                  * only while nothing was pending timed the same, run 6) */
-                if (j + AHEAD < known) fetch(j + AHEAD, pb[sa], qb[sa]);
+                if (MODE != W_PLAIN || j + AHEAD < known) fetch(j + AHEAD, pb[sa], qb[sa]);
                 else pend |= 1u << sa;
             }
             const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][8 * q]);
@@ -1853,7 +1862,7 @@ static cudaError_t launch_one(void (*kern)(const cp_params), unsigned grid, size
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[39][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[40][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -2179,17 +2188,18 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
      * and unevenly beside the others and took 4.3 us instead of 1.8: session 20 run 4.) gram_kernel
      * zeroes the flags, so the Gram launch is needed (nseg > 1). The waits cannot deadlock: a
      * dependent grid's blocks are placed only once every block of the grid before it has started, so
-     * every A-part block a flag waits on is resident or done. (1,4,32) T = 2048, gated: 0.0619-0.0623
-     * against 0.0642-0.0644 ms without (session 20 run 5, on a slower H200 than the other runs'); T =
-     * 8192 and up take the segmented walk, and do not use it. VLA_CP_FLAGS=0 (development) turns it
-     * off; 1 forces it on also without programmatic launches, where the kernels run in turn and every
-     * flag is set before it is read (the emulator's case). */
+     * every A-part block a flag waits on is resident or done. The A part's flagged instance is
+     * apart_kernel<32, 2, false, true> (one chunk a segment here), so apart_minb must be 2. (1,4,32)
+     * T = 2048: -3.5% gated (session 20 runs 5 and 8); T = 8192 and up take the segmented walk and do
+     * not use it. VLA_CP_FLAGS=0 (development) turns it off; 1 forces it on also without programmatic
+     * launches, where the kernels run in turn and every flag is set before it is read (the
+     * emulator's case). */
     static const int flags_env = [] {
         const char *e = getenv("VLA_CP_FLAGS");
         return e && *e ? atoi(e) : -1;
     }();
     const bool flagged = vla && P.cflag_buf && split && !outfold && DK == 32 && quad && P.wnseg <= 1 && P.nseg > 1 &&
-                         flags_env != 0 && (flags_env == 1 || pdl);
+                         P.apart_minb == 2 && flags_env != 0 && (flags_env == 1 || pdl);
     Pp.cflag = flagged ? P.cflag_buf : nullptr;
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
@@ -2224,6 +2234,7 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         int aslot = slot;
         if constexpr (DK == 32) {
             if (outfold) ka = P.apart_minb == 3 ? apart_kernel<32, 3, true> : apart_kernel<32, 2, true>, aslot = P.apart_minb == 3 ? 37 : 38;
+            else if (flagged) ka = apart_kernel<32, 2, false, true>, aslot = 39;
             else if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
         }
         const size_t sa = apart_smem<DK>::bytes + (outfold ? apart_smem<DK>::qbytes : 0);

@@ -91,10 +91,6 @@ struct cp_params {
     float *Pm, *Qm;     /* [BH][nch][DK*DK], [BH][nch][DK][dv]: chunk maps X_end = P X + Q */
     float *Xst;         /* [BH][nch][DK][dv] X = S^T at each chunk start */
     float *Aend;        /* [BH][dk*dk] A after the last token (for A_out) */
-    int *cflag;         /* [BH][nch] VLA: 1 once chunk j's P, Q, Al, W, Y are out (apart_kernel; zeroed by
-                         * gram_kernel), for the walk and OUT_PRE running beside the A part; or null
-                         * (launch_chunkpar decides: the kernels then wait on the kernel before) */
-    int *cflag_buf;     /* the workspace's [BH][nch] flags (VLA), for launch_chunkpar */
     int wlen, wnseg;    /* the walk's segments: wlen chunks each, wnseg of them (1: no split) */
     int apart_minb;     /* apart_kernel blocks a multiprocessor: 2 or 3 (chunkpar_apart_minb) */
     int sfac_minb;      /* sfac_kernel blocks a multiprocessor: 2, or 3 (dk = 64) / 4 (dk = 32) (chunkpar_sfac_minb) */
@@ -109,6 +105,11 @@ struct cp_params {
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
     unsigned long long *tl; /* development: each kernel's span on the global timer (VLA_CP_TIMELINE=1), else null */
     int prof_block;
+    /* (last, so that the other fields keep their offsets and the kernels that do not read these their code) */
+    int *cflag;         /* [BH][nch] VLA: 1 once chunk j's P, Q, Al, W, Y are out (apart_kernel; zeroed by
+                         * gram_kernel), for the walk and OUT_PRE running beside the A part; or null
+                         * (launch_chunkpar decides: the kernels then wait on the kernel before) */
+    int *cflag_buf;     /* the workspace's [BH][nch] flags (VLA), for launch_chunkpar */
 };
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);
 int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */
