@@ -12,6 +12,8 @@
 #  4. one ungated round of both trees at the six target shapes: ungated.txt;
 #  5. the chunk flags on and off in the new build at (1,4,32) T = 2048, gated, two rounds (ungated.txt).
 # Usage on the device: OUT=... bash benchmarks/h200_session20_final.sh
+# (Run on 4676e7e and 7ba0036, whose kernels had the chunk flags; they were reverted after run 8,
+# so on later trees VLA_CP_FLAGS does nothing and step 5 times the same code twice.)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

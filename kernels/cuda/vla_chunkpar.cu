@@ -96,11 +96,7 @@ __device__ __forceinline__ unsigned long long gtime() {
 #endif
 #if !defined(VLA_CP_TIMELINE) || defined(VLA_CUDA_EMU) /* (no global timer in the emulator) */
 template <int K> struct tl_scope {
-    /* wait = false: the kernel waits on chunk flags, not on the kernel before (cp_params::cflag) */
-    __device__ __forceinline__ tl_scope(const cp_params &, bool wait = true) {
-        if (wait) pdl_enter();
-        else pdl_trigger();
-    }
+    __device__ __forceinline__ tl_scope(const cp_params &) { pdl_enter(); }
 };
 #define TL_INV_DONE(P) ((void)0)
 #define TL_PHASE(P, k) ((void)0)
@@ -120,11 +116,10 @@ __device__ __forceinline__ unsigned tl_smid() {
     } while (0)
 template <int K> struct tl_scope { /* (P.tl read from the parameters at each end: nothing held in registers) */
     const cp_params &P;
-    __device__ __forceinline__ tl_scope(const cp_params &p, bool wait = true) : P(p) {
+    __device__ __forceinline__ tl_scope(const cp_params &p) : P(p) {
         const unsigned long long t = gtime();
         if (P.tl && threadIdx.x == 0) atomicMin(P.tl + K, t);
-        if (wait) pdl_enter();
-        else pdl_trigger();
+        pdl_enter();
         if (P.tl && threadIdx.x == 0) atomicMin(P.tl + TL_N + K, gtime());
         if (K == TL_APART && P.tl && threadIdx.x == 0 && blockIdx.x < TL_BLOCKS) {
             P.tl[3 * TL_N + TL_REC * blockIdx.x] = t;
@@ -625,9 +620,6 @@ template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_par
     tl_scope<TL_GRAM> tl_(P);
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
-    if (P.cflag) /* this call's chunk flags start at 0 (every kernel that read the last call's has finished) */
-        for (size_t e = (size_t)blockIdx.x * NT + threadIdx.x, n = (size_t)a.B * a.H * P.nch; e < n; e += (size_t)gridDim.x * NT)
-            P.cflag[e] = 0;
     const int per = P.nseg - 1, p = blockIdx.x % P.gparts, g = blockIdx.x / P.gparts % per;
     const int bh = blockIdx.x / P.gparts / per;
     if (head_skipped(P, bh)) return;
@@ -898,12 +890,7 @@ template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 
 /* FOLD (dk = 32): the output's first half here too (P.outfold, a kernel of its own: in
  * the same instance it made apart_kernel<32, 2> 10% longer, and (1,4,32) T = 2048, which does not
  * use it, about 1% slower in session 12's A/B runs) */
-/* FLAGS (session 20): the chunk flags (P.cflag) set at the end, an instance of its own: the flag code
- * in the one instance moved register allocation, and apart_kernel<32, 2> spilled 20 bytes with it
- * inside the chunk loop ((1,4,32) T = 2048 to 131072 3-16% slower, session 20 run 7), <64, 2> 92
- * bytes with it after the loop. */
-template <int DK, int MINB, bool FOLD = false, bool FLAGS = false>
-__global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
+template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
     static_assert(!FOLD || DK == 32, "the fold is dk = 32's");
     tl_scope<TL_APART> tl_(P);
     VLACU_DYNSMEM(smem);
@@ -1136,13 +1123,6 @@ __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
         PROF_NS(61);
     }
     }
-    /* FLAGS: the segment's chunks' P, Q, Al, W, Y are stored (s_factors and fold_out end with a
-     * barrier): their flags, for the walk and OUT_PRE waiting beside this kernel (P.cflag). After the
-     * loop, where it is used a segment being one chunk: inside it, at each chunk's end, they cost
-     * registers (see FLAGS above). */
-    if constexpr (FLAGS)
-        if (threadIdx.x == 0)
-            for (int j = j0; j < j1; j++) flag_set(P.cflag + (size_t)bh * P.nch + j);
 }
 
 /* ---- cp_sfac: a chunk's S factors (s_factors) for DeltaNet (no A part), one block a
@@ -1564,9 +1544,7 @@ constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns
                              * and 7 were no faster at (1,4,32) T = 8192 to 131072, session 19 run 12) */
 #endif
 template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_quad_kernel(const cp_params P) {
-    /* P.cflag (the plain walk, session 20): launched beside the A part, it waits on each chunk's flag
-     * instead of on the A part's end (see below) */
-    tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P, !(MODE == W_PLAIN && P.cflag));
+    tl_scope<MODE == W_SCAN ? TL_WSCAN : TL_WALK> tl_(P);
     static_assert(MODE == W_PLAIN || MODE == W_SCAN, "the plain walk or the scan over segment maps");
     constexpr int DK = 32, ldx = DK + 4;
     static_assert(AHEAD >= 1 && AHEAD <= 7, "P_{j+1} .. P_{j+AHEAD} in flight");
@@ -1586,10 +1564,10 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
     vf4 pb[AHEAD + 1][2];
     float qb[AHEAD + 1];
     auto fetch = [&](int j, vf4 (&pd)[2], float &qd) { /* step j's P row i (quarter q) and Q entry */
-        if constexpr (MODE == W_PLAIN) { /* (through L2: the maps may have been written since the walk began) */
+        if constexpr (MODE == W_PLAIN) { /* (written as before session 12: the same code) */
             const vf4 *p4 = reinterpret_cast<const vf4 *>(P.Pm + ((size_t)bh * nch + j) * DK * DK + i * DK + 8 * q);
-            pd[0] = ld_l2(p4), pd[1] = VLA_WQ_DIAG == 4 ? pd[0] : ld_l2(p4 + 1);
-            qd = VLA_WQ_DIAG != 5 && live && q == 0 ? ld_l2(P.Qm + (((size_t)bh * nch + j) * DK + i) * dv + col) : 0.0f;
+            pd[0] = p4[0], pd[1] = VLA_WQ_DIAG == 4 ? pd[0] : p4[1];
+            qd = VLA_WQ_DIAG != 5 && live && q == 0 ? P.Qm[(((size_t)bh * nch + j) * DK + i) * dv + col] : 0.0f;
         } else {
             const float *pj = P.Seg + ((size_t)bh * nch + j) * pstride + (size_t)i * pld;
             const vf4 *p4 = reinterpret_cast<const vf4 *>(pj + 8 * q);
@@ -1597,33 +1575,11 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
             qd = live && q == 0 ? pj[DK + col] : 0.0f;
         }
     };
-    /* With P.cflag (the plain walk beside the A part): chunks < known have their flag set, as this
-     * warp has seen (the same in its lanes: a ballot); a step's fetch of chunk j + AHEAD that finds
-     * it not out yet is left pending (bit j mod (AHEAD + 1) of pend), and step j waits for chunk j
-     * then. Each lane looks at one flag and the warp takes the run of set ones: the data behind them
-     * is read through L2 after a fence (the producer's fence and flag store put it there first). */
-    const int *flg = MODE == W_PLAIN && P.cflag ? P.cflag + (size_t)bh * nch : nullptr;
-    int known = flg ? 0 : nch;
-    unsigned pend = 0;
-    auto look = [&](int need, bool wait) { /* known > need; or one look (wait = false) */
-        for (;;) {
-            const int cj = known + ((int)threadIdx.x & 31);
-            const int run = trailing_ones(warp_ballot(cj >= nch || flag_get(flg + cj) != 0));
-            known += run;
-            if (run > 0) flag_acquire();
-            if (known > need || !wait) return;
-            flag_pause();
-        }
-    };
     float x = a.S_in && i < dk && live ? a.S_in[(size_t)bh * dk * dv + (size_t)i * dv + col] : 0.0f; /* X_0 = S_in^T */
     if (q == 0) xt[0][c][i] = x;
-    if (MODE == W_PLAIN && flg) look(AHEAD - 1, false);
 #pragma unroll
     for (int u = 0; u < AHEAD; u++)
-        if (u < nch) {
-            if (MODE != W_PLAIN || u < known) fetch(u, pb[u], qb[u]);
-            else pend |= 1u << u;
-        }
+        if (u < nch) fetch(u, pb[u], qb[u]);
     __syncthreads();
     PROF(12);
     /* buffers by j mod (AHEAD + 1), unrolled so that every index is a constant */
@@ -1633,27 +1589,9 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
             const int j = jb + u;
             if (j >= nch) break;
             const int s = j & 1;
-            if (MODE == W_PLAIN && (pend >> u & 1u)) { /* chunk j was not out at its fetch: wait for it, and take what else is out */
-                look(j, true);
-                fetch(j, pb[u], qb[u]);
-                pend &= ~(1u << u);
-#pragma unroll
-                for (int v = 0; v <= AHEAD; v++) { /* slot v holds chunk j + (v - u) mod (AHEAD + 1) */
-                    const int cv = j + (v - u + AHEAD + 1) % (AHEAD + 1);
-                    if (v != u && (pend >> v & 1u) && cv < known) {
-                        fetch(cv, pb[v], qb[v]);
-                        pend &= ~(1u << v);
-                    }
-                }
-            }
             if (VLA_WQ_DIAG != 1 && q == 0 && live) xbase[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
-            if (VLA_WQ_DIAG != 2 && j + AHEAD < nch) {
-                const int sa = (u + AHEAD) % (AHEAD + 1); /* (a constant: the loop is unrolled) */
-                if (MODE == W_PLAIN && j + AHEAD >= known) look(j + AHEAD, false); /* (only while the walk is at the A part's front; looking
-                                                                 * only while nothing was pending timed the same, run 6) */
-                if (MODE != W_PLAIN || j + AHEAD < known) fetch(j + AHEAD, pb[sa], qb[sa]);
-                else pend |= 1u << sa;
-            }
+            if (VLA_WQ_DIAG != 2 && j + AHEAD < nch)
+                fetch(j + AHEAD, pb[(u + AHEAD) % (AHEAD + 1)], qb[(u + AHEAD) % (AHEAD + 1)]);
             const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][8 * q]);
             const vf4 x0 = xv[0], x1 = xv[1], p0 = pb[u][0], p1 = pb[u][1];
             float part = qb[u];
@@ -1765,8 +1703,7 @@ template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output
 enum { OUT_PRE = 1, OUT_FIN = 2 };
 template <int DK, int VT, int MODE>
 __global__ void __launch_bounds__(NT, output_minb<DK>()) output_split_kernel(const cp_params P) {
-    /* P.cflag: OUT_PRE is launched beside the A part (after the walk) and waits on its chunk's flag */
-    tl_scope<MODE == OUT_PRE ? TL_OUTPRE : TL_OUT> tl_(P, !(MODE == OUT_PRE && P.cflag));
+    tl_scope<MODE == OUT_PRE ? TL_OUTPRE : TL_OUT> tl_(P);
     VLACU_DYNSMEM(smem);
     typedef output_smem<DK, VT> S;
     constexpr int ld = S::ld, ldc = S::ldc, ldv = S::ldv;
@@ -1783,13 +1720,6 @@ __global__ void __launch_bounds__(NT, output_minb<DK>()) output_split_kernel(con
     } else {
         if (a.elu1) load_rows<DK>(a.q, a, b, h, ts, c, true, Q, ld);
         else async_rows<C, DK>(Q, ld, a.q + (((size_t)b * T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk);
-        if (P.cflag) { /* chunk j's Al, W and Y once the A part has set its flag */
-            if (threadIdx.x == 0) {
-                while (!flag_get(P.cflag + (size_t)bh * P.nch + j)) flag_pause();
-                flag_acquire();
-            }
-            __syncthreads();
-        }
         async_rows<C, DK>(Al, ld, P.Al + ((size_t)bh * T + ts) * DK, DK, c, DK);
         async_rows<C, DK>(W, ld, wg, DK, c, DK);
         async_wait();
@@ -1862,7 +1792,7 @@ static cudaError_t launch_one(void (*kern)(const cp_params), unsigned grid, size
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[40][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[39][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -2150,57 +2080,6 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         host_mark("launch"); /* (development, VLA_CUDA_HOST_TIMES) */
         return r;
     };
-    /* The output's split (output_split_kernel: OUT_PRE beside the walk on the second stream,
-     * OUT_FIN after it) on small shapes. VLA_CP_SPLIT=0/1 (development) forces it off or on. */
-    static const int split_env = [] {
-        const char *e = getenv("VLA_CP_SPLIT");
-        return e && *e ? atoi(e) : -1;
-    }();
-    const bool split = aux && split_env != 0 && (split_env == 1 || small);
-    /* With the segmented walk (its launches step 3 x fewer chunks, with more blocks), OUT_PRE's
-     * blocks (one a chunk) beside it slowed it down and ended after it ((1,4,32) T = 8192: the walk
-     * about 23 us alone, 28-33 beside OUT_PRE; session 12's timelines). There, at dk = 32 and dv <= 32
-     * (Y in one tile), apart_kernel forms Q' and Pm Y itself (P.outfold: the same sums, so the same
-     * bits) and the walk runs alone. VLA_CP_OUTFOLD=0/1 (development) forces it off, or on for
-     * every split shape. */
-    static const int outfold_env = [] {
-        const char *e = getenv("VLA_CP_OUTFOLD");
-        return e && *e ? atoi(e) : -1;
-    }();
-    const bool outfold = DK == 32 && vla && split && P.a.dv <= DK && P.cc >= 8 && outfold_env != 0 &&
-                         (outfold_env == 1 || P.wnseg > 1);
-    Pp.outfold = outfold ? 1 : 0;
-    /* walk_quad_kernel for the plain walk at dk <= 32 when its dv / 2 blocks a head fit two a
-     * multiprocessor (sm_80+; the T4 keeps walk_rows_kernel, not measured there). VLA_CP_QUAD=0
-     * (development) turns it off. */
-    static const bool quad_env = [] {
-        const char *e = getenv("VLA_CP_QUAD");
-        return !(e && e[0] == '0');
-    }();
-    const bool quad = quad_env && P.cc >= 8 && P.wnseg <= 1 &&
-                      BH * (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS) <= 2u * (unsigned)P.sms;
-    /* Chunk flags (P.cflag, session 20): where the plain walk (walk_quad_kernel) and OUT_PRE follow the
-     * A part with programmatic launches, they start on chunk j once its flag is set instead of waiting
-     * for the whole A part, so the walk's first steps and OUT_PRE's blocks run while the A part's
-     * slower blocks finish. OUT_PRE then follows the walk on this stream (no second stream), and
-     * OUT_FIN follows in plain stream order, after every kernel before it. (As a programmatic launch
-     * after an OUT_PRE that waited for the walk's grid at its end, OUT_FIN's blocks were placed early
-     * and unevenly beside the others and took 4.3 us instead of 1.8: session 20 run 4.) gram_kernel
-     * zeroes the flags, so the Gram launch is needed (nseg > 1). The waits cannot deadlock: a
-     * dependent grid's blocks are placed only once every block of the grid before it has started, so
-     * every A-part block a flag waits on is resident or done. The A part's flagged instance is
-     * apart_kernel<32, 2, false, true> (one chunk a segment here), so apart_minb must be 2. (1,4,32)
-     * T = 2048: -3.5% gated (session 20 runs 5 and 8); T = 8192 and up take the segmented walk and do
-     * not use it. VLA_CP_FLAGS=0 (development) turns it off; 1 forces it on also without programmatic
-     * launches, where the kernels run in turn and every flag is set before it is read (the
-     * emulator's case). */
-    static const int flags_env = [] {
-        const char *e = getenv("VLA_CP_FLAGS");
-        return e && *e ? atoi(e) : -1;
-    }();
-    const bool flagged = vla && P.cflag_buf && split && !outfold && DK == 32 && quad && P.wnseg <= 1 && P.nseg > 1 &&
-                         P.apart_minb == 2 && flags_env != 0 && (flags_env == 1 || pdl);
-    Pp.cflag = flagged ? P.cflag_buf : nullptr;
     const unsigned nseg = (unsigned)P.nseg;
     if (nseg > 1 && P.a.mech == VLACU_VLA) {
         const kfn kg = gram_kernel<DK>, kp = prefix_kernel<DK>;
@@ -2229,12 +2108,31 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         tl.finish(st, P.a);
         return cudaGetLastError();
     }
+    /* The output's split (output_split_kernel: OUT_PRE beside the walk on the second stream,
+     * OUT_FIN after it) on small shapes. VLA_CP_SPLIT=0/1 (development) forces it off or on. */
+    static const int split_env = [] {
+        const char *e = getenv("VLA_CP_SPLIT");
+        return e && *e ? atoi(e) : -1;
+    }();
+    const bool split = aux && split_env != 0 && (split_env == 1 || small);
+    /* With the segmented walk (its launches step 3 x fewer chunks, with more blocks), OUT_PRE's
+     * blocks (one a chunk) beside it slowed it down and ended after it ((1,4,32) T = 8192: the walk
+     * about 23 us alone, 28-33 beside OUT_PRE; session 12's timelines). There, at dk = 32 and dv <= 32
+     * (Y in one tile), apart_kernel forms Q' and Pm Y itself (P.outfold: the same sums, so the same
+     * bits) and the walk runs alone. VLA_CP_OUTFOLD=0/1 (development) forces it off, or on for
+     * every split shape. */
+    static const int outfold_env = [] {
+        const char *e = getenv("VLA_CP_OUTFOLD");
+        return e && *e ? atoi(e) : -1;
+    }();
+    const bool outfold = DK == 32 && vla && split && P.a.dv <= DK && P.cc >= 8 && outfold_env != 0 &&
+                         (outfold_env == 1 || P.wnseg > 1);
+    Pp.outfold = outfold ? 1 : 0;
     if (vla) {
         kfn ka = apart_kernel<DK, 2>;
         int aslot = slot;
         if constexpr (DK == 32) {
             if (outfold) ka = P.apart_minb == 3 ? apart_kernel<32, 3, true> : apart_kernel<32, 2, true>, aslot = P.apart_minb == 3 ? 37 : 38;
-            else if (flagged) ka = apart_kernel<32, 2, false, true>, aslot = 39;
             else if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
         }
         const size_t sa = apart_smem<DK>::bytes + (outfold ? apart_smem<DK>::qbytes : 0);
@@ -2255,12 +2153,21 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
         if ((e = cp_launch(kf, BH * nch, sfac_smem<DK>::bytes, st, PP)) != cudaSuccess) return e;
         kt.mark("sfac", st);
     }
+    /* walk_quad_kernel for the plain walk at dk <= 32 when its dv / 2 blocks a head fit two a
+     * multiprocessor (sm_80+; the T4 keeps walk_rows_kernel, not measured there). VLA_CP_QUAD=0
+     * (development) turns it off. */
+    static const bool quad_env = [] {
+        const char *e = getenv("VLA_CP_QUAD");
+        return !(e && e[0] == '0');
+    }();
+    const bool quad = quad_env && P.cc >= 8 && P.wnseg <= 1 &&
+                      BH * (unsigned)((P.a.dv + QW_COLS - 1) / QW_COLS) <= 2u * (unsigned)P.sms;
     const int VT = P.a.dv <= 32 ? 32 : 64;
     const size_t so = VT == 32 ? output_smem<DK, 32>::bytes : output_smem<DK, 64>::bytes;
     const int oslot = 29 + (DK == 32 ? 0 : 4) + (VT == 32 ? 0 : 2); /* OUT_PRE; OUT_FIN + 1 */
-    const kfn kpre = VT == 32 ? output_split_kernel<DK, 32, OUT_PRE> : output_split_kernel<DK, 64, OUT_PRE>;
-    if (split && !outfold && !flagged) { /* Q' and Pm Y on the second stream, from the A part's (or cp_sfac's) W, Y, Al */
+    if (split && !outfold) { /* Q' and Pm Y on the second stream, from the A part's (or cp_sfac's) W, Y, Al */
         const cudaStream_t as = (cudaStream_t)aux->stream;
+        const kfn kpre = VT == 32 ? output_split_kernel<DK, 32, OUT_PRE> : output_split_kernel<DK, 64, OUT_PRE>;
         if ((e = raise(oslot, kpre, so)) != cudaSuccess) return e;
         if ((e = cudaEventRecord((cudaEvent_t)aux->fork, st)) != cudaSuccess ||
             (e = cudaStreamWaitEvent(as, (cudaEvent_t)aux->fork, 0)) != cudaSuccess)
@@ -2313,17 +2220,13 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     kt.mark("walk", st);
-    if (flagged) { /* OUT_PRE on this stream, its blocks waiting on their chunks' flags */
-        if ((e = raise(oslot, kpre, so)) != cudaSuccess) return e;
-        if ((e = cp_launch(kpre, BH * nch, so, st, PP)) != cudaSuccess) return e;
-    }
     if (split) { /* after the walk and the second stream's part */
         const kfn kfin = VT == 32 ? output_split_kernel<DK, 32, OUT_FIN> : output_split_kernel<DK, 64, OUT_FIN>;
         if ((e = raise(oslot + 1, kfin, so)) != cudaSuccess) return e;
         if (outfold) {
             if ((e = cp_launch(kfin, BH * nch, so, st, PP)) != cudaSuccess) return e;
-        } else { /* in stream order, after every kernel before it (flagged: OUT_PRE did not wait for the walk) */
-            if (!flagged && (e = cudaStreamWaitEvent(st, (cudaEvent_t)aux->join, 0)) != cudaSuccess) return e;
+        } else {
+            if ((e = cudaStreamWaitEvent(st, (cudaEvent_t)aux->join, 0)) != cudaSuccess) return e;
             if ((e = launch_one(kfin, BH * nch, so, st, PP, false)) != cudaSuccess) return e;
         }
     } else {

@@ -105,11 +105,6 @@ struct cp_params {
     long long *prof;    /* development timing (VLA_CUDA_KERNEL_TIMES=1), else null */
     unsigned long long *tl; /* development: each kernel's span on the global timer (VLA_CP_TIMELINE=1), else null */
     int prof_block;
-    /* (last, so that the other fields keep their offsets and the kernels that do not read these their code) */
-    int *cflag;         /* [BH][nch] VLA: 1 once chunk j's P, Q, Al, W, Y are out (apart_kernel; zeroed by
-                         * gram_kernel), for the walk and OUT_PRE running beside the A part; or null
-                         * (launch_chunkpar decides: the kernels then wait on the kernel before) */
-    int *cflag_buf;     /* the workspace's [BH][nch] flags (VLA), for launch_chunkpar */
 };
 bool chunkpar_applies(const vlacu_args &a, const vlacu_device &dev);
 int chunkpar_dk(const vlacu_args &a); /* DK: 32 or 64 */

@@ -96,7 +96,7 @@ struct layout {
     size_t smx_part; /* its partial results (smx_split > 1) */
     size_t engine_smem_max;
     bool cp; /* the chunk-parallel form (vla_chunkpar.cu) */
-    size_t cpMd, cpGp, cpAl, cpW, cpY, cpXst, cpAend, cpFlag, cpPm, cpQm, cpSeg, cpSst;
+    size_t cpMd, cpGp, cpAl, cpW, cpY, cpXst, cpAend, cpPm, cpQm, cpSeg, cpSst;
     int bv, wlen, wnseg; /* the walk's value columns a block and segments (chunkpar_walk) */
 };
 
@@ -174,10 +174,7 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
             }
             L->cpXst = padded(sat_mul(sat_mul(BH, nch), DK * dv * f4));
             L->cpQm = padded(sat_mul(sat_mul(BH, nch), DK * dv * f4));
-            if (a->mech == VLACU_VLA) {
-                L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
-                L->cpFlag = w.take(sat_mul(BH, nch * 4));
-            }
+            if (a->mech == VLACU_VLA) L->cpAend = w.take(sat_mul(BH, dk * dk * f4));
             chunkpar_walk(*a, *dev, (int)L->nchunks, &L->bv, &L->wlen, &L->wnseg);
             if (L->wnseg > 1) {
                 L->cpSeg = w.take(sat_mul(sat_mul(BH, (size_t)L->wnseg), DK * (DK + dv) * f4));
@@ -391,7 +388,6 @@ static int forward_inner(const vlacu_args *a, const vlacu_device *dev, void *wor
         cpp.Gp = (float *)(W + L.cpGp), cpp.gparts = chunkpar_gram_parts(L.seg);
         cpp.Al = (float *)(W + L.cpAl), cpp.W = (float *)(W + L.cpW), cpp.Y = (float *)(W + L.cpY);
         cpp.Xst = (float *)(W + L.cpXst), cpp.Aend = (float *)(W + L.cpAend);
-        cpp.cflag_buf = a->mech == VLACU_VLA ? (int *)(W + L.cpFlag) : nullptr;
         cpp.Pm = (float *)(W + L.cpPm), cpp.Qm = (float *)(W + L.cpQm);
         cpp.wlen = L.wlen, cpp.wnseg = L.wnseg;
         cpp.apart_minb = chunkpar_apart_minb(*a, *dev, (int)L.nseg);
