@@ -729,6 +729,15 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
  * first half from them in shared memory, apart_kernel's P.outfold). K is overwritten with W; G (C x C + LD_PAD)
  * and scr (16 x 48 + LD_PAD, tensor-core form) are scratch; Y lands in Ys, DK columns at a time
  * (INPLACE: Ys is Vs, as the FMA form needs). Ends with a barrier. */
+/* At dk = 64 (apart_kernel<64, 2>) P and Q are formed one after the other, one accumulator live:
+ * the two at once (one load of Al^T's fragments for both) made it spill 40 bytes, this 4. H200,
+ * gated, same bits: (8,16,64) T = 2048 1.224 against 1.250 ms, T = 32768 18.31 against 18.69 ms
+ * (benchmarks/results/2026-12-01-h200-session21, run 1). VLA_CP_PQ_APART=0 (development, compile
+ * time) pairs them again. */
+#ifndef VLA_CP_PQ_APART
+#define VLA_CP_PQ_APART 1
+#endif
+template <int DK> __host__ __device__ constexpr bool pq_apart() { return VLA_CP_PQ_APART && DK == 64; }
 template <int DK, bool INPLACE>
 __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int ts, int c, const float *vsrc, size_t sv, bool store_awy,
                           float *K, float *Al, float *G, float *Vs, float *Ys, float *scr, bool first) {
@@ -833,7 +842,7 @@ __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int
             };
             float x[tl::NE];
             zerob<DK, DK>(x);
-            if (v0 == 0 && !INPLACE) { /* P and Q at once (one A: Al^T; not in sfac_kernel, whose <64, 3> form then spilled) */
+            if (v0 == 0 && !INPLACE && !pq_apart<DK>()) { /* P and Q at once (one A: Al^T; not in sfac_kernel, whose <64, 3> form then spilled) */
                 float xp[tl::NE];
                 zerob<DK, DK>(xp);
                 mmb2<DK, DK, C, true, false, true, false>(Al, nullptr, ld, K, Ys, ld, xp, x);

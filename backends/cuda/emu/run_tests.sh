@@ -8,7 +8,8 @@
 # Environment for the emulator: VLA_EMU_SMEM (bytes of shared memory a block may use: small
 # values force the global-memory placement of working arrays), VLA_EMU_SMS, VLA_EMU_NODEV.
 # VLA_EMU_TC=0 builds the chunk-parallel products for FMA units (the sm_75 form); the default, 1,
-# the tensor-core form (sm_80+: emulated mma.sync tiles).
+# the tensor-core form (sm_80+: emulated mma.sync tiles). VLA_EMU_CFLAGS: more compiler flags for
+# every file (development switches, e.g. -DVLA_QW_FLAGS_WINDOW=5); use a fresh build dir when they change.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SAN=${1:-address}
@@ -21,7 +22,7 @@ case "$SAN" in
   *) echo "sanitizer: address, thread or none" >&2; exit 2 ;;
 esac
 mkdir -p "$B/lib" "$B/test" "$B/check"
-CF="-O1 -g $F"
+CF="-O1 -g $F ${VLA_EMU_CFLAGS:-}"
 INC="-I$ROOT/backends/cuda/emu -I$ROOT/kernels/cuda -I$ROOT/core/include -I$ROOT/core -I$ROOT/backends/cpu -I$ROOT/tests -I$ROOT/tools"
 jobs=()
 for f in "$ROOT"/kernels/cuda/*.cu; do
