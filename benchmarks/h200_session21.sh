@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Session 21 on the H200: development switches against session 19's tree in one call.
-#  1. builds (sm_90, in parallel): "old" from .ab/old (carried: `git archive c842e3a`), and each of
-#     $S21_BUILDS ("name:flags", commas between a build's flags) from the working tree;
+#  1. builds (sm_90, in parallel): "old" from .ab/old (carried: `git archive c842e3a`), each of
+#     $S21_BUILDS ("name:flags", commas between a build's flags) from the working tree, and each of
+#     $S21_PATCHED ("name:patch:flags") from a copy of the working tree with that patch applied
+#     (patch -p1; e.g. the session's chunk-flags-windowed.patch, tried without landing it);
 #  2. sass.txt: bytes of SASS of apart_kernel<32, 2> by kernel-level source line (nvdisasm -gi of a
 #     -lineinfo cubin of vla_chunkpar.cu; session 19's sass_bytes_by_line.py) for each flags set of
 #     $S21_SASS ("name:flags");
@@ -25,6 +27,12 @@ build() { # name, source tree, extra CUDA flags (commas between them)
 build old "$ROOT/.ab/old" "" &
 for x in ${S21_BUILDS:-new:}; do
   build "${x%%:*}" "$ROOT" "${x#*:}" &
+done
+for x in ${S21_PATCHED:-}; do # name:patch:flags
+  n=${x%%:*} r=${x#*:}; p=${r%%:*} f=""; [ "$r" != "$p" ] && f=${r#*:}
+  t="$W/tree-$n" && mkdir -p "$t" &&
+    tar -C "$ROOT" --exclude='./build*' --exclude=./.ab --exclude=./.git -cf - . | tar -C "$t" -xf - &&
+    (cd "$t" && patch -p1 -s < "$ROOT/$p") && build "$n" "$t" "$f" &
 done
 { # 2. SASS by source line (CPU only, beside the builds)
   for x in ${S21_SASS:-}; do
@@ -72,5 +80,5 @@ for c in ${S21_TESTS:-}; do
   log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-$c.log")"
 done
 log "done"
-tar -C "$W" --exclude=tl --exclude='*.cubin' --exclude='*.sass' -czf "$OUT/logs.tar.gz" .
+tar -C "$W" --exclude=./tl --exclude='./tree-*' --exclude='*.cubin' --exclude='*.sass' -czf "$OUT/logs.tar.gz" .
 cp "$S" "$OUT/summary.txt" 2>/dev/null
