@@ -13,6 +13,8 @@
 #     $S21_ROUNDS rounds in turn;
 #  5. bitwise-*.txt: benchmarks/h200_bitwise.sh for each pair "a:b" of $S21_BITWISE (same bits?);
 #  6. test_cuda on each of $S21_TESTS.
+# Before 3, each build that 3 and 4 use runs (1,4,32) T = 2048 once, within 30 s; one that fails is
+# left out of 3 and 4 (logged).
 # A variable set to " " skips its step. Usage on the device (carry [".debs", ".ab"]):
 #   OUT=... S21_...=... bash benchmarks/h200_session21.sh
 H200_SCRATCH=/tmp/s21
@@ -45,9 +47,20 @@ done
 wait
 log "built"
 bench() { find "$ROOT/build-s21-$1" -name bench_cuda_targets -type f | head -1; }
+# a smoke test of each build the later steps use (30 s at most: a hang, e.g. a flag never set, then
+# costs one timeout, not one a round); a build that fails it is left out of the timelines and rounds
+dead=" "
+for b in $(for c in ${S21_TL:-} ${S21_AB:-old new}; do echo "${c%%:*}"; done | sort -u); do
+  if ! timeout 30 "$(bench "$b")" --no-limits --quick --only vla-chunked --shape 1,4,32,2048 > "$W/smoke-$b.txt" 2>&1; then
+    dead="$dead$b "
+    log "smoke $b FAILED ($(tail -n 1 "$W/smoke-$b.txt")): left out"
+  fi
+done
+alive() { [[ "$dead" != *" $1 "* ]]; }
 mkdir -p "$W/tl"
 for t in ${S21_TL:-}; do
   b=${t%%:*}; envs=(X=1); [ "$t" != "$b" ] && envs=(${t#*:}); envs=(${envs[*]//,/ })
+  alive "$b" || continue
   for s in ${S21_TL_SHAPES:-1,4,32,2048}; do
     f="$W/tl/${t//[:=,]/_}-${s//,/_}.csv"
     echo "== $t $s"
@@ -62,6 +75,7 @@ shapes=(); for s in ${S21_SHAPES:-1,4,32,2048 1,4,32,8192 1,4,32,32768 1,4,32,13
   for round in $(seq 1 "${S21_ROUNDS:-2}"); do
     for c in ${S21_AB:-old new}; do
       b=${c%%:*}; envs=(X=1); [ "$c" != "$b" ] && envs=(${c#*:}); envs=(${envs[*]//,/ })
+      alive "$b" || continue
       f="$W/bench-r$round-${c//[:=,]/_}-gate.txt"
       env "${envs[@]}" timeout 150 "$(bench "$b")" --no-limits --gate 3000 --only vla-chunked "${shapes[@]}" > "$f.md" 2> "$f"
       echo "== round $round $c gated: $(grep -E ' ms \(' "$f" | awk '{printf "%s %s %s | ", $1, $2, $(NF-3)}')"
@@ -71,11 +85,13 @@ shapes=(); for s in ${S21_SHAPES:-1,4,32,2048 1,4,32,8192 1,4,32,32768 1,4,32,13
 log "A/B done"
 for p in ${S21_BITWISE:-}; do
   a=${p%%:*} b=${p#*:}
+  alive "$a" && alive "$b" || continue
   ln -sfn "build-s21-$a" "$ROOT/build-ab-$a"; ln -sfn "build-s21-$b" "$ROOT/build-ab-$b"
   bash "$ROOT/benchmarks/h200_bitwise.sh" "$a" "$b" > "$W/bitwise-$a-$b.txt" 2>&1
   log "bitwise $a $b: $(tail -n 1 "$W/bitwise-$a-$b.txt")"
 done
 for c in ${S21_TESTS:-}; do
+  alive "$c" || continue
   CK_FORK=no timeout 150 "$ROOT/build-s21-$c/tests/test_cuda" > "$W/test_cuda-$c.log" 2>&1
   log "test_cuda $c exit $?: $(tail -n 1 "$W/test_cuda-$c.log")"
 done
