@@ -721,14 +721,6 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
     }
 }
 
-/* Phases 10-12 of chunk j (tokens ts .., c of them): its S factors (VLA-MATH 2.3) from K (the
- * read keys, normalised) and Al (the write directions), C x DK in shared memory (ld DK + LD_PAD),
- * with V's first DK columns in flight to Vs (async_rows; the rest are staged here):
- * Lw = strict(K Al^T), [W | Y] = (I + Lw)^{-1} [K | V], the chunk map P = I - Al^T W, Q = Al^T Y.
- * P, Q go to global memory, and Al, W, Y too when store_awy (false: the caller forms the output's
- * first half from them in shared memory, apart_kernel's P.outfold). K is overwritten with W; G (C x C + LD_PAD)
- * and scr (16 x 48 + LD_PAD, tensor-core form) are scratch; Y lands in Ys, DK columns at a time
- * (INPLACE: Ys is Vs, as the FMA form needs). Ends with a barrier. */
 /* At dk = 64 (apart_kernel<64, 2>) P and Q are formed one after the other, one accumulator live:
  * the two at once (one load of Al^T's fragments for both) made it spill 40 bytes, this 4. H200,
  * gated, same bits: (8,16,64) T = 2048 1.224 against 1.250 ms, T = 32768 18.31 against 18.69 ms
@@ -738,6 +730,15 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
 #define VLA_CP_PQ_APART 1
 #endif
 template <int DK> __host__ __device__ constexpr bool pq_apart() { return VLA_CP_PQ_APART && DK == 64; }
+
+/* Phases 10-12 of chunk j (tokens ts .., c of them): its S factors (VLA-MATH 2.3) from K (the
+ * read keys, normalised) and Al (the write directions), C x DK in shared memory (ld DK + LD_PAD),
+ * with V's first DK columns in flight to Vs (async_rows; the rest are staged here):
+ * Lw = strict(K Al^T), [W | Y] = (I + Lw)^{-1} [K | V], the chunk map P = I - Al^T W, Q = Al^T Y.
+ * P, Q go to global memory, and Al, W, Y too when store_awy (false: the caller forms the output's
+ * first half from them in shared memory, apart_kernel's P.outfold). K is overwritten with W; G (C x C + LD_PAD)
+ * and scr (16 x 48 + LD_PAD, tensor-core form) are scratch; Y lands in Ys, DK columns at a time
+ * (INPLACE: Ys is Vs, as the FMA form needs). Ends with a barrier. */
 template <int DK, bool INPLACE>
 __device__ __forceinline__ void s_factors(const cp_params &P, int bh, int j, int ts, int c, const float *vsrc, size_t sv, bool store_awy,
                           float *K, float *Al, float *G, float *Vs, float *Ys, float *scr, bool first) {
