@@ -724,8 +724,8 @@ template <int DK> __global__ void __launch_bounds__(NT) prefix_kernel(const cp_p
 /* At dk = 64 (apart_kernel<64, 2>) P and Q are formed one after the other, one accumulator live:
  * the two at once (one load of Al^T's fragments for both) made it spill 40 bytes, this 4. H200,
  * gated, same bits: (8,16,64) T = 2048 1.224 against 1.250 ms, T = 32768 18.31 against 18.69 ms
- * (benchmarks/results/2026-12-01-h200-session21, run 1). VLA_CP_PQ_APART=0 (development, compile
- * time) pairs them again. */
+ * (benchmarks/results/2026-12-01-h200-session21, run 1; run 2, the fat build: 1.229 against 1.246,
+ * 18.26 against 18.71). VLA_CP_PQ_APART=0 (development, compile time) pairs them again. */
 #ifndef VLA_CP_PQ_APART
 #define VLA_CP_PQ_APART 1
 #endif

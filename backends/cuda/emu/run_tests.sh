@@ -9,7 +9,7 @@
 # values force the global-memory placement of working arrays), VLA_EMU_SMS, VLA_EMU_NODEV.
 # VLA_EMU_TC=0 builds the chunk-parallel products for FMA units (the sm_75 form); the default, 1,
 # the tensor-core form (sm_80+: emulated mma.sync tiles). VLA_EMU_CFLAGS: more compiler flags for
-# every file (development switches, e.g. -DVLA_QW_FLAGS_WINDOW=5); use a fresh build dir when they change.
+# every file (development switches, e.g. -DVLA_CP_PQ_APART=0); use a fresh build dir when they change.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SAN=${1:-address}
