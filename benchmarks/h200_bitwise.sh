@@ -10,6 +10,8 @@
 # Session 12: BITWISE_ENV_A / BITWISE_ENV_B ("VAR=value ...") set for the first / second side's runs
 # only, so that one build can be compared with itself under a development switch
 # (BITWISE_ENV_A="VLA_CP_OUTFOLD=0" bash benchmarks/h200_bitwise.sh new new).
+# Session 22: BITWISE_SHAPES ("B-H-d-T ...", default the four below) and BITWISE_MODES (default
+# "vla vla-u delta vla-seq") pick the cases, e.g. the (8,16,64) T = 32768 target shape alone.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -19,10 +21,14 @@ for x in $(printf "%s\n" "$A" "$B" | sort -u); do
   cmake --build "build-ab-$x" -j"$(nproc)" --target vla-run > "$W/build-$x.log" 2>&1 || { tail -20 "$W/build-$x.log"; exit 1; }
 done
 run() { find "$ROOT/build-ab-$1/" -name vla-run -type f | head -1; }
-python3 - "$W" <<'EOF' || { echo "bitwise: numpy is missing"; exit 1; }
+SHAPES=${BITWISE_SHAPES:-1-4-32-2048 1-4-32-8192 8-16-64-2048 2-4-40-1000}
+python3 - "$W" $SHAPES <<'EOF' || { echo "bitwise: numpy is missing"; exit 1; }
 import sys, numpy as np
 w = sys.argv[1]
-for (B, H, d, T, seed) in [(1, 4, 32, 2048, 1), (1, 4, 32, 8192, 2), (8, 16, 64, 2048, 3), (2, 4, 40, 1000, 4)]:
+seeds = {"1-4-32-2048": 1, "1-4-32-8192": 2, "8-16-64-2048": 3, "2-4-40-1000": 4} # (the seeds before session 22)
+for k, sh in enumerate(sys.argv[2:]):
+    B, H, d, T = map(int, sh.split("-"))
+    seed = seeds.get(sh, 100 + k)
     r = np.random.default_rng(seed)
     for n in "qkvu":
         np.save(f"{w}/{n}-{B}-{H}-{d}-{T}.npy", r.standard_normal((B, T, H, d)).astype(np.float32))
@@ -33,8 +39,8 @@ for (B, H, d, T, seed) in [(1, 4, 32, 2048, 1), (1, 4, 32, 8192, 2), (8, 16, 64,
     np.save(f"{w}/s0-{B}-{H}-{d}-{T}.npy", (0.1 * r.standard_normal((B, H, d, d))).astype(np.float32))
 EOF
 same=0 diff=0
-for s in 1-4-32-2048 1-4-32-8192 8-16-64-2048 2-4-40-1000; do
-  for m in "vla" "vla-u" "delta" "vla-seq"; do
+for s in $SHAPES; do
+  for m in ${BITWISE_MODES:-vla vla-u delta vla-seq}; do
     args=(--backend "${BITWISE_BACKEND:-cuda}" --algo chunked --q "$W/q-$s.npy" --k "$W/k-$s.npy" --v "$W/v-$s.npy")
     case $m in
       vla-seq) args=(--backend "${BITWISE_BACKEND:-cuda}" --algo sequential --q "$W/q-$s.npy" --k "$W/k-$s.npy" --v "$W/v-$s.npy"

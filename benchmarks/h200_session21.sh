@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 21 on the H200: development switches against session 19's tree in one call.
-#  1. builds (sm_90, in parallel): "old" from .ab/old (carried: `git archive c842e3a`), each of
+#  1. builds (sm_90, in parallel): "old" from .ab/old (carried: a `git archive` of the tree to compare
+#     against: c842e3a in session 21, 416e00f in session 22), each of
 #     $S21_BUILDS ("name:flags", commas between a build's flags) from the working tree, and each of
 #     $S21_PATCHED ("name:patch:flags") from a copy of the working tree with that patch applied
 #     (patch -p1; e.g. the session's chunk-flags-windowed.patch, tried without landing it);

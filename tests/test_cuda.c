@@ -515,6 +515,9 @@ static const long_case long_cases[] = {
     {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1, 0},
     /* dk = 64 on the chunk-parallel form: one chunk a block, and segments of 4 chunks (H200) */
     {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, 0},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
+    /* (8,16,64) T = 2048, a target shape: two A-part segments of 16 chunks a head (H200), the
+     * second's A at its start from cp_gram's parts and cp_prefix */
+    {2048, 128, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
     /* (1,4,32) T = 8192, a target shape: segments of two chunks, 64 a head (cp_prefix), the walk
      * in segments, the output split beside it (output_split_kernel) */
     {8192, 4, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},

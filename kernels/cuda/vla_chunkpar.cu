@@ -140,6 +140,28 @@ template <int K> struct tl_scope { /* (P.tl read from the parameters at each end
 constexpr int C = 64;   /* rows of a chunk block */
 constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most (8: no faster, session 6 run6) */
 
+/* L2 prefetch (session 22): output_kernel asks the L2 cache for its X_j and Y as it starts, so their
+ * memory latency overlaps the forming of Pm and Q~ - Pm W (they were fetched only after it). A hint:
+ * nothing waits for it and no value changes. H200, gated, same bits: (8,16,64) T = 2048 1.217 / 1.216
+ * against 1.227 / 1.230 ms, T = 32768 18.10 / 18.10 against 18.32 / 18.23 (fat build, in the same call;
+ * benchmarks/results/2026-12-01-h200-session22). The same kind of prefetch of the A part's next chunk,
+ * of the next output block's inputs, and of the walk's P and Q some steps ahead was 1-5% slower
+ * (l2-prefetch-variants.patch there). VLA_CP_OUT_PREFETCH=0 (development, compile time) turns it off. */
+#ifndef VLA_CP_OUT_PREFETCH
+#define VLA_CP_OUT_PREFETCH 1
+#endif
+
+/* n contiguous floats from src toward L2, by the calling thread alone: sm_90's bulk prefetch, which
+ * wants both ends on 16 bytes (otherwise, and on older devices, nothing is asked) */
+__device__ __forceinline__ void l2_bulk(const float *src, int n) {
+#if !defined(VLA_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (n > 0 && (((uintptr_t)src | (uintptr_t)n * 4u) & 15u) == 0u)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(n * 4) : "memory");
+#else
+    (void)src, (void)n;
+#endif
+}
+
 
 #ifdef VLA_CUDA_EMU
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -1666,6 +1688,10 @@ template <int DK, int VT, bool LIN> __global__ void __launch_bounds__(NT, output
     } else {
         async_rows<C, DK>(Al, ld, P.Al + ((size_t)bh * T + ts) * DK, DK, c, DK);
         async_rows<C, DK>(W, ld, P.W + ((size_t)bh * T + ts) * DK, DK, c, DK);
+    }
+    if (!LIN && VLA_CP_OUT_PREFETCH) { /* X_j and Y toward L2: read after Pm and Q~ - Pm W are formed */
+        if (threadIdx.x == 0) l2_bulk(P.Xst + ((size_t)bh * P.nch + j) * DK * dv, DK * dv);
+        else if (threadIdx.x == 32) l2_bulk(P.Y + ((size_t)bh * T + ts) * dv, c * dv);
     }
     async_wait();
     __syncthreads();
