@@ -145,7 +145,7 @@ constexpr int GRAM_SUB = 4; /* chunks a gram_kernel block, at most (8: no faster
  * nothing waits for it and no value changes. H200, gated, same bits: (8,16,64) T = 2048 1.217 / 1.216
  * against 1.227 / 1.230 ms, T = 32768 18.10 / 18.10 against 18.32 / 18.23 (fat build, in the same call;
  * benchmarks/results/2026-12-01-h200-session22). The same kind of prefetch of the A part's next chunk,
- * of the next output block's inputs, and of the walk's P and Q some steps ahead was 1-5% slower
+ * of the next output block's inputs, and of the walk's P and Q some steps ahead was 0.5-5% slower
  * (l2-prefetch-variants.patch there). VLA_CP_OUT_PREFETCH=0 (development, compile time) turns it off. */
 #ifndef VLA_CP_OUT_PREFETCH
 #define VLA_CP_OUT_PREFETCH 1
