@@ -158,6 +158,7 @@ typedef struct count {
     const char *formula;
 } count;
 
+static int u_given = 0; /* --u-given: VLA rows get penalty vectors u (another input set's q), as the paper preset */
 static double chunk_s_macs(double c, double K, double V) { /* sstep: E = V - K X; Lw; solve; O; M; O += M E; X += W^T E */
     return 3 * c * K * V + 2 * c * c * K + c * c * V + c * c * V / 2;
 }
@@ -200,11 +201,20 @@ static count count_of(vla_mechanism m, vla_algorithm a, double T, double K, doub
              * G, K Z^T, M Z 3C^2K + Cholesky C^3/6 + Z solve C^2K/2; S factors Lw C^2K + solves
              * C^2(K+V)/2 + P, Q CK^2 + CKV; walk K^2 V; output Q Al^T, Pm W 2C^2K + Q X CKV + Pm Y
              * C^2V. Bytes: q k v o, the A^{-1} prefix (double: written twice, read twice), a_t and
-             * W (written, read twice), Y (written, read), the maps and chunk-start states. */
-            r.flop = 2 * nc * (5 * C * K * K + K * K * K + 7 * C * C * K + C * C * C / 6 + 2 * C * K * V + K * K * V +
-                               1.5 * C * C * V);
+             * W (written, read twice), Y (written, read), the maps and chunk-start states.
+             * With u = k^ (u not given, since session 23) the A part takes a_t from Z's rows: no K A0,
+             * K Z^T or M Z (CK^2 + 2C^2K less; before that session the general count was printed for
+             * every row). */
+            if (u_given) {
+                r.flop = 2 * nc * (5 * C * K * K + K * K * K + 7 * C * C * K + C * C * C / 6 + 2 * C * K * V + K * K * V +
+                                   1.5 * C * C * V);
+                r.formula = "2*n_c*(5CK^2+K^3+7C^2K+C^3/6+2CKV+K^2V+1.5C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 8TV + 8n_cK(K+2V)";
+            } else {
+                r.flop = 2 * nc * (4 * C * K * K + K * K * K + 5 * C * C * K + C * C * C / 6 + 2 * C * K * V + K * K * V +
+                                   1.5 * C * C * V);
+                r.formula = "2*n_c*(4CK^2+K^3+5C^2K+C^3/6+2CKV+K^2V+1.5C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 8TV + 8n_cK(K+2V)";
+            }
             r.bytes = io + st + 32 * nc * K * K + 24 * T * K + 8 * T * V + 8 * nc * K * (K + 2 * V);
-            r.formula = "2*n_c*(5CK^2+K^3+7C^2K+C^3/6+2CKV+K^2V+1.5C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 8TV + 8n_cK(K+2V)";
             break;
         case VLA_ALGO_TWO_LEVEL:
             /* Gram (C K^2 a chunk) + A part + the chunk map on [M|N] (S part at width K+V) +
@@ -349,6 +359,7 @@ static void run_one(const shape *s, inputs *in, vla_mechanism m, vla_algorithm a
     float t1 = 0;
     for (int w = 0; w < 6; w++) {
         args.q = in->q[w % 3], args.k = in->k[w % 3], args.v = in->v[w % 3];
+        if (m == VLA_MECH_VLA && u_given) args.u = in->q[(w + 1) % 3];
         CK(cudaEventRecord(e0, 0));
         const vla_status st = vla_attention_forward(be, &d, &args);
         CK(cudaEventRecord(e1, 0));
@@ -369,6 +380,7 @@ static void run_one(const shape *s, inputs *in, vla_mechanism m, vla_algorithm a
     if (t1 > 3000) reps = 1;
     for (int i = 0; i < reps; i++) {
         args.q = in->q[i % 3], args.k = in->k[i % 3], args.v = in->v[i % 3];
+        if (m == VLA_MECH_VLA && u_given) args.u = in->q[(i + 1) % 3];
         if (gate_us > 0) CK(cudaLaunchHostFunc(0, gate_fn, NULL));
         CK(cudaEventRecord(e0, 0));
         struct timespec h0, h1;
@@ -562,6 +574,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-limits")) no_limits = 1;
+        else if (!strcmp(argv[i], "--u-given")) u_given = 1;
         else if (!strcmp(argv[i], "--gate") && i + 1 < argc) {
             gate_us = atoi(argv[++i]);
             if (gate_us < 1 || gate_us > 1000000) {
@@ -594,12 +607,18 @@ int main(int argc, char **argv) {
                    "  --shape B,H,d,T[,ms] a shape to time instead of the targets' (repeatable)\n"
                    "  --decode B,H,d       the decode step's shape (default 8,16,64)\n"
                    "  --no-limits          skip the copy and GEMM measurements\n"
+                   "  --u-given            VLA rows with penalty vectors u given (the paper preset's\n"
+                   "                       path; default: u = k^, the targets' setting)\n"
                    "  --gate US            enqueue each timed call behind a US-microsecond host hold:\n"
                    "                       the GPU's time alone, without the host's (not the targets' measure)\n"
                    "  --only LIST          comma-separated rows to run, of vla-sequential, vla-scan,\n"
                    "                       vla-chunked, vla-two-level, softmax, linear, delta, decode\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
+    }
+    { /* VLA_BENCH_U_GIVEN=1 (development): --u-given, for scripts that pass a build's settings as environment */
+        const char *ug = getenv("VLA_BENCH_U_GIVEN");
+        if (ug && *ug == '1') u_given = 1;
     }
     if (vla_backend_open("cuda:0", &be) != VLA_OK) {
         fprintf(stderr, "bench: cuda:0: %s\n", vla_last_message());

@@ -269,8 +269,8 @@ template <bool UNIT> __device__ void fwd_subst(const float *L, int ldl, const fl
  * Three barriers a block where session 10's blocked Cholesky and Z solve took about 16, and no
  * 64 x 64 G (apart_kernel's phases 4-6: 2.6k + 10.2k + 4.3k cycles at (1,4,32) T = 2048, session 10). U is
  * read throughout. G (ld ldc) is scratch: column 0..15 of row 16 b + i hold S_b, columns 16..63 of
- * rows 0..15 hold P_b. Ends with a barrier. */
-template <int DK> __device__ void chol_z_blocked(const float *U, float *UA, float *G, int ld, int ldc, long long *pf) {
+ * rows 0..15 hold P_b. RD (apart_kernel's UK form): rdiag[t] <- 1 / L_tt (C floats). Ends with a barrier. */
+template <int DK, bool RD> __device__ void chol_z_blocked(const float *U, float *UA, float *G, int ld, int ldc, float *rdiag, long long *pf) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     float *Pb = G + 16; /* P_b[i][p] = Pb[i * ldc + p], p < 16 b */
     { /* the diagonal blocks I + UA_b U_b^T: warp w takes block w / 2, columns 8 (w % 2) .. */
@@ -323,6 +323,7 @@ template <int DK> __device__ void chol_z_blocked(const float *U, float *UA, floa
             for (int jj = 0; jj < 16; jj++) { /* cholesky64's column step (see there); every warp the same S_b steps */
                 const float rd = rsqrtf(piv), d = piv * rd;
                 x[jj] = lane > jj ? x[jj] * rd : (lane == jj ? d : x[jj]);
+                if (RD && warp == 0 && lane == jj) rdiag[r0 + jj] = rd; /* 1 / L_tt, the factor Z's row t took */
                 if (jj < 15) piv = __shfl_sync(0xffffffffu, fmaf(-x[jj], x[jj], x[jj + 1]), jj + 1);
                 /* (L's column jj through shared memory, four 16-byte broadcast loads, in place of these
                  * 15 - jj shuffles: 2.19k against 1.69k cycles a panel, session 11 run 4) */
@@ -519,22 +520,24 @@ __device__ __forceinline__ void load_rows(const float *src, const vlacu_args &a,
     stage_rows<C, DK>(dst, ld, src + (((size_t)b * a.T + ts) * a.H + h) * a.dk, (size_t)a.H * a.dk, c, a.dk, elu1);
 }
 
-/* Row r of X[C][ld] (DK used columns) <- scale * row / max(||row||, eps), and second(r, i, y) for
- * each new entry y (a copy elsewhere, or nothing). A warp takes rows warp, warp + 8, .. all at
+/* Row r of Y[C][ld] (DK used columns) <- scale * x / max(||x||, eps), x = pre(r) * row r of X (Y may
+ * be X), and second(r, i, y) for each new entry y (a copy elsewhere, or nothing). A warp takes rows warp, warp + 8, .. all at
  * once: their loads, the 8 sums' shuffles and the divisions are independent, so they overlap,
  * where a row at a time was a chain of 8 x (load, 5 shuffles, sqrt, division): about 3k cycles a
  * call at dk = 32 (apart_kernel's phase 9 was nothing else, session 9's profiles). The same sums
  * in the same order as that loop, so the same bits. No barrier. */
-template <int DK, typename F>
-__device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale, F second) {
+template <int DK, typename PRE, typename F>
+__device__ __forceinline__ void norm_rows_from(const float *X, float *Y, int ld, float eps, float scale, PRE pre, F second) {
     constexpr int RW = C / (NT / 32), PL = DK / 32; /* rows a warp; entries a lane a row */
     static_assert(PL * 32 == DK && RW * (NT / 32) == C, "DK a multiple of 32, C of the warps");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float x[RW][PL], ss[RW];
 #pragma unroll
-    for (int k = 0; k < RW; k++)
+    for (int k = 0; k < RW; k++) {
+        const float m = pre(warp + 8 * k);
 #pragma unroll
-        for (int p = 0; p < PL; p++) x[k][p] = X[(warp + 8 * k) * ld + lane + 32 * p];
+        for (int p = 0; p < PL; p++) x[k][p] = X[(warp + 8 * k) * ld + lane + 32 * p] * m;
+    }
 #pragma unroll
     for (int k = 0; k < RW; k++) {
         ss[k] = 0.0f;
@@ -552,10 +555,14 @@ __device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float sca
 #pragma unroll
         for (int p = 0; p < PL; p++) {
             const float y = x[k][p] * mul;
-            X[r * ld + lane + 32 * p] = y;
+            Y[r * ld + lane + 32 * p] = y;
             second(r, lane + 32 * p, y);
         }
     }
+}
+/* in place, no prescale (x 1.0f: the same bits as before norm_rows_from) */
+template <int DK, typename F> __device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale, F second) {
+    norm_rows_from<DK>(X, X, ld, eps, scale, [](int) { return 1.0f; }, second);
 }
 template <int DK> __device__ __forceinline__ void norm_rows(float *X, int ld, float eps, float scale) {
     norm_rows<DK>(X, ld, eps, scale, [](int, int, float) {});
@@ -638,7 +645,14 @@ __device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh, int 
  * row load, a normalisation and a 64-deep product behind a barrier, several microseconds of
  * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768); the next
  * chunk's rows are in flight (two buffers) while one is normalised and multiplied. ---- */
-template <int DK> __global__ void __launch_bounds__(NT) gram_kernel(const cp_params P) {
+/* gram_kernel<64> capped for four blocks a multiprocessor (64 registers, 4 bytes spill; 80 and 8 bytes
+ * without the cap held three): (8,16,64) T = 2048's 1536 blocks in about one wave where they took two
+ * (session 23 run 1: T = 2048 1.0799 / 1.0727 against 1.0805 / 1.0803 ms gated). The cap (VLA_CP_GRAM_MINB,
+ * development) is the register budget alone: 34 KiB of shared memory a block holds six. */
+#ifndef VLA_CP_GRAM_MINB
+#define VLA_CP_GRAM_MINB 4
+#endif
+template <int DK> __global__ void __launch_bounds__(NT, DK == 64 ? VLA_CP_GRAM_MINB : 1) gram_kernel(const cp_params P) {
     tl_scope<TL_GRAM> tl_(P);
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
@@ -922,7 +936,7 @@ template <int DK> __host__ __device__ constexpr bool fold_here() { return DK == 
 /* FOLD (dk = 32): the output's first half here too (P.outfold, a kernel of its own: in
  * the same instance it made apart_kernel<32, 2> 10% longer, and (1,4,32) T = 2048, which does not
  * use it, about 1% slower in session 12's A/B runs) */
-template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
+template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void __launch_bounds__(NT, MINB) apart_kernel(const cp_params P) {
     static_assert(!FOLD || DK == 32, "the fold is dk = 32's");
     tl_scope<TL_APART> tl_(P);
     VLACU_DYNSMEM(smem);
@@ -937,9 +951,7 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     PROF_NS(60);
     float *U = (float *)smem, *K = U + C * ld, *UA = K + C * ld, *G = UA + C * ld; /* region 1 */
     float *A0 = (float *)(smem + S::region1), *Al = A0 + DK * ld;
-#if !VLA_CP_TC
-    float *rdiag = Al + C * ld; /* the FMA form's Z solve */
-#endif
+    float *rdiag = Al + C * ld; /* 1 / L_tt (the FMA form's Z solve; Al from Z when u = s_u k^) */
     float *Qf = (float *)(smem + S::bytes); /* FOLD: Q~ (launched with S::qbytes more) */
     /* FOLD, after s_factors: the output's first half (output_split_kernel's OUT_PRE, the same sums):
      * W is in K, Y (dv <= DK) in Ysm, a_t in Al; Pm = tril(Q~ Al^T) in G (T's place), then
@@ -1045,8 +1057,23 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     else load_uk<DK>(a, b, h, ts, c, U, K, ld);
 
     if (first) PROF(2);
-    /* 3. UA = U A0; Al = K A0 */
-    {
+    /* u = s_u k^ (u not given): U = s_u K, so K A0 = L Z / s_u and K Z^T = (L - L^{-T}) / s_u (from
+     * U A0 U^T = G - I = L L^T - I), whose lower triangle is (L - D^{-1}) / s_u, D = diag(L). Step 8's
+     * K A0 - tril(K Z^T) Z is then exactly D^{-1} Z / s_u: row t is z_t / (1 + u_t . z_t) / s_u =
+     * A_t k^_t, as Sherman-Morrison has it. So K A0 and steps 7-8 (three of the chunk's 64-deep
+     * products, two barriers) are not needed: a_t = normalize(Z's row t / (s_u L_tt)). (The prescale
+     * keeps the eps clamp exact: ||A_t k^_t|| can fall below eps at long T.) */
+    constexpr bool uk = UK; /* (a template argument: as a run-time bit, the u-given form ran 0.7-1.5% slower
+                             * for the registers the two forms shared, session 23 run 1) */
+    /* 3. UA = U A0; Al = K A0 (u given) */
+    if constexpr (uk) {
+        typedef blk<C, DK> tl;
+        float x[tl::NE];
+        zerob<C, DK>(x);
+        mmb<C, DK, DK, false, false, true>(U, ld, A0, ld, x);
+#pragma unroll
+        for (int i = 0; i < tl::NE; i++) UA[tl::row(i) * ld + tl::col(i)] = x[i];
+    } else {
         typedef blk<C, DK> tl;
         float x[tl::NE], y[tl::NE];
         zerob<C, DK>(x);
@@ -1064,7 +1091,7 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
         TL_PHASE(P, 0);
     }
 #if VLA_CP_TC /* 4-6. Z = L^{-1} UA, G = I + UA U^T = L L^T, by blocks of 16 rows */
-    chol_z_blocked<DK>(U, UA, G, ld, ldc, P.prof && first && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
+    chol_z_blocked<DK, UK>(U, UA, G, ld, ldc, rdiag, P.prof && first && blockIdx.x == (unsigned)P.prof_block ? P.prof : nullptr);
     if (first) TL_PHASE(P, 4);
     async_rows<C, DK>(U, ld, vsrc, sv, c, imin(DK, dv)); /* U has been read */
     if (FOLD && !a.elu1) /* Q~ in flight too (s_factors waits for both) */
@@ -1100,6 +1127,14 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     if (first) PROF(6);
 #endif
     float *Z = UA;
+    if constexpr (uk) { /* 7-9. a_t = normalize(z_t / (s_u L_tt)) (above) */
+        const float isu = 1.0f / (float)a.u_scale;
+        norm_rows_from<DK>(Z, Al, ld, (float)a.eps, 1.0f, [&](int t) { return rdiag[t] * isu; }, [](int, int, float) {});
+        if (first) {
+            PROF(7);
+            PROF(8);
+        }
+    } else {
     /* 7. tril(K Z^T) into G (L is no longer needed) */
     {
         typedef blk<C, C> tl;
@@ -1122,8 +1157,10 @@ template <int DK, int MINB, bool FOLD = false> __global__ void __launch_bounds__
     }
     __syncthreads();
     if (first) PROF(8);
-    /* 9. a_t = normalize(row t); A at the chunk end for A_out (last chunk): A0 - Z^T Z */
+    /* 9. a_t = normalize(row t) */
     norm_rows<DK>(Al, ld, (float)a.eps, 1.0f);
+    }
+    /* A at the chunk end for A_out (last chunk): A0 - Z^T Z */
     if (j + 1 < j1 || (j == P.nch - 1 && a.A_out)) { /* A at the chunk end: the next chunk's A0 */
         typedef blk<DK, DK> tl;
         float x[tl::NE];
@@ -1828,7 +1865,7 @@ static cudaError_t launch_one(void (*kern)(const cp_params), unsigned grid, size
     return cudaGetLastError();
 }
 
-static std::atomic<size_t> smem_set[39][64]; /* per kernel instance and device */
+static std::atomic<size_t> smem_set[44][64]; /* per kernel instance and device */
 
 static cudaError_t raise(int slot, void (*kern)(const cp_params), size_t bytes) {
     return raise_smem_limit((const void *)kern, smem_set[slot], bytes);
@@ -2165,11 +2202,18 @@ template <int DK> cudaError_t run(const cp_params &P, int bv, cudaStream_t st, c
                          (outfold_env == 1 || P.wnseg > 1);
     Pp.outfold = outfold ? 1 : 0;
     if (vla) {
-        kfn ka = apart_kernel<DK, 2>;
-        int aslot = slot;
+        /* uk: u not given (u = s_u k^), the A part's shorter form (apart_kernel, step 3) */
+        const bool uk = !P.a.u;
+        kfn ka = uk ? apart_kernel<DK, 2, false, true> : apart_kernel<DK, 2>;
+        int aslot = uk ? (DK == 32 ? 39 : 43) : slot;
         if constexpr (DK == 32) {
-            if (outfold) ka = P.apart_minb == 3 ? apart_kernel<32, 3, true> : apart_kernel<32, 2, true>, aslot = P.apart_minb == 3 ? 37 : 38;
-            else if (P.apart_minb == 3) ka = apart_kernel<32, 3>, aslot = 18;
+            if (outfold) {
+                if (uk) ka = P.apart_minb == 3 ? apart_kernel<32, 3, true, true> : apart_kernel<32, 2, true, true>, aslot = P.apart_minb == 3 ? 40 : 41;
+                else ka = P.apart_minb == 3 ? apart_kernel<32, 3, true> : apart_kernel<32, 2, true>, aslot = P.apart_minb == 3 ? 37 : 38;
+            } else if (P.apart_minb == 3) {
+                if (uk) ka = apart_kernel<32, 3, false, true>, aslot = 42;
+                else ka = apart_kernel<32, 3>, aslot = 18;
+            }
         }
         const size_t sa = apart_smem<DK>::bytes + (outfold ? apart_smem<DK>::qbytes : 0);
         if ((e = raise(aslot, ka, sa)) != cudaSuccess) return e;
