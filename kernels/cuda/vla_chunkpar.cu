@@ -7,7 +7,8 @@
  *   - A: with R = 0, A at the start of chunk j is exactly (A_0^{-1} + sum_{j' < j} U_j'^T U_j')^{-1}
  *     (VLA-MATH 1 and 2.4), so every chunk's A part (the Woodbury step that yields its a_t) runs at
  *     once, after a prefix sum of Grams (double) and one inversion (blocked_inverse, double) per
- *     segment of chunks; a segment's block carries A over its chunks (A_end = A0 - Z^T Z).
+ *     segment of chunks; a segment's block carries A over its chunks (A_end = A0 - Z^T Z). With u not
+ *     given (u = s_u k^) a_t comes from Z's rows alone (apart_kernel's UK form, step 3's comment).
  *   - S: given a_t, the S recurrence is the generalised delta rule. Its per-chunk factors
  *     W = (I + strict(K Al^T))^{-1} K and Y = (I + strict(K Al^T))^{-1} V come out of the same
  *     block, and with them the chunk's affine map on X = S^T: X_end = P X + Q, P = I - Al^T W,
