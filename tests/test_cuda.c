@@ -145,6 +145,9 @@ static const cu_case cases[] = {
      .only = VLA_ALGO_CHUNKED},
     {.name = "vla lambda0 3e4 T150 dk32 (eps clamp binds)", .mech = VL, .B = 1, .T = 150, .H = 2, .dk = 32, .dv = 32,
      .lambda0 = 3e4},
+    /* both: a_t = A_t k^_t / eps, whose length the prescale's 1 / s_u sets (a factor 3.3 without it) */
+    {.name = "vla lambda0 3e4 s_u 0.3 T150 dk64 (clamp, s_u)", .mech = VL, .B = 1, .T = 150, .H = 2, .dk = 64,
+     .dv = 48, .lambda0 = 3e4, .su = 0.3},
     {.name = "vla u given C16", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16, .with_u = 1},
     {.name = "vla R4 rho0.5 t0=3 u C16", .mech = VL, .B = 2, .T = 45, .H = 2, .dk = 8, .dv = 12, .chunk = 16, .t0 = 3,
      .R = 4, .rho = 0.5, .with_u = 1},

@@ -647,9 +647,9 @@ __device__ __forceinline__ void a_out_from_aend(const cp_params &P, int bh, int 
  * latency (one block a segment: 70 us for segments of 8 chunks at (1,4,32) T = 32768); the next
  * chunk's rows are in flight (two buffers) while one is normalised and multiplied. ---- */
 /* gram_kernel<64> capped for four blocks a multiprocessor (64 registers, 4 bytes spill; 80 and 8 bytes
- * without the cap held three): (8,16,64) T = 2048's 1536 blocks in about one wave where they took two
- * (session 23 run 1: T = 2048 1.0799 / 1.0727 against 1.0805 / 1.0803 ms gated). The cap (VLA_CP_GRAM_MINB,
- * development) is the register budget alone: 34 KiB of shared memory a block holds six. */
+ * without the cap held three). Session 23: the kernel 47-48 us against 48-49 serialized at (8,16,64)
+ * T = 2048 (runs 1-2), the forward 1.0799 / 1.0727 against 1.0805 / 1.0803 ms gated (run 1). The cap
+ * (VLA_CP_GRAM_MINB, development) is the register budget alone: 34 KiB of shared memory a block holds six. */
 #ifndef VLA_CP_GRAM_MINB
 #define VLA_CP_GRAM_MINB 4
 #endif
