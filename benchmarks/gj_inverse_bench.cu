@@ -25,6 +25,10 @@
  * 2) it made (1,4,32) T = 2048 10% slower (phase 1: 27k cycles against 17k). Not kept; the code is
  * here, where it was measured (benchmarks/results/2026-12-01-h200-session13).
  *
+ * Session 24 built it with -DVLA_INV16_WARPS=1, 2 and 4 (blocked_inverse's 16 x 16 leaves by one, two
+ * or four warps: 13.5k, 12.7k and 13.8k cycles at N = 32; two landed) and with a fraction-free step
+ * (13.0k; benchmarks/results/2026-12-02-h200-session24, with its patch).
+ *
  * Build and run (on the device): nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda
  *   benchmarks/gj_inverse_bench.cu -o gj_bench && ./gj_bench */
 #include "vla_inverse.cuh"

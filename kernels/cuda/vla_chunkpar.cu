@@ -1603,7 +1603,9 @@ template <int BV, int AHEAD> __global__ void __launch_bounds__(NT, AHEAD == 1 ? 
 constexpr int QW_COLS = 2, QW_NT = 32 * QW_COLS * 4; /* 256: 32 rows x 2 columns x 4 quarters */
 #ifndef VLA_WQ_DIAG
 /* development (session 19; timing only, the results are wrong): the plain walk's steps without
- * 1 the X_j stores, 2 any loads, 3 the barrier (a warp's), 4 the second 16 bytes of P's quarter, 5 Q */
+ * 1 the X_j stores, 2 any loads, 3 the barrier (a warp's), 4 the second 16 bytes of P's quarter, 5 Q;
+ * (session 24) 6 only the first half of the steps: what a walk of two chunks a step (X_{j+2} from X_j by
+ * P_{j+1} P_j, formed off the chain) could save at most */
 #define VLA_WQ_DIAG 0
 #endif
 #ifndef VLA_QW_AHEAD
@@ -1647,20 +1649,21 @@ template <int AHEAD, int MODE> __global__ void __launch_bounds__(QW_NT, 2) walk_
     };
     float x = a.S_in && i < dk && live ? a.S_in[(size_t)bh * dk * dv + (size_t)i * dv + col] : 0.0f; /* X_0 = S_in^T */
     if (q == 0) xt[0][c][i] = x;
+    const int nstep = VLA_WQ_DIAG == 6 && MODE == W_PLAIN ? (nch + 1) / 2 : nch; /* (development: 6) */
 #pragma unroll
     for (int u = 0; u < AHEAD; u++)
-        if (u < nch) fetch(u, pb[u], qb[u]);
+        if (u < nstep) fetch(u, pb[u], qb[u]);
     __syncthreads();
     PROF(12);
     /* buffers by j mod (AHEAD + 1), unrolled so that every index is a constant */
-    for (int jb = 0; jb < nch; jb += AHEAD + 1) {
+    for (int jb = 0; jb < nstep; jb += AHEAD + 1) {
 #pragma unroll
         for (int u = 0; u <= AHEAD; u++) {
             const int j = jb + u;
-            if (j >= nch) break;
+            if (j >= nstep) break;
             const int s = j & 1;
             if (VLA_WQ_DIAG != 1 && q == 0 && live) xbase[(((size_t)bh * nch + j) * DK + i) * dv + col] = x;
-            if (VLA_WQ_DIAG != 2 && j + AHEAD < nch)
+            if (VLA_WQ_DIAG != 2 && j + AHEAD < nstep)
                 fetch(j + AHEAD, pb[(u + AHEAD) % (AHEAD + 1)], qb[(u + AHEAD) % (AHEAD + 1)]);
             const vf4 *xv = reinterpret_cast<const vf4 *>(&xt[s][c][8 * q]);
             const vf4 x0 = xv[0], x1 = xv[1], p0 = pb[u][0], p1 = pb[u][1];

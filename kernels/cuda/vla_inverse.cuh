@@ -79,7 +79,8 @@ static inline double vla_drcp(double x) { return 1.0 / x; }
 __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /* = 1.0 / x, correctly rounded, no division */
 #endif
 
-/* In place: the 16 x 16 block at B (ld) <- its inverse, by the calling warp alone. Lane l keeps row
+/* In place: the 16 x 16 block at B (ld) <- its inverse, by the calling warp alone (VLA_INV16_WARPS=1;
+ * the default is inv16_warps<2>, below, the same steps by two warps). Lane l keeps row
  * l & 15, columns 8 (l >> 4) .. + 7, in registers. At step k the two lanes holding row k publish it
  * to buf (double[2][16], by k's parity, as gj_inverse), and after a __syncwarp every lane reads its
  * eight pivot-row entries (four 16-byte loads), the pivot, and its pivot-column entry: no barrier.
@@ -127,6 +128,58 @@ __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one
 #pragma unroll
     for (int j = 0; j < 8; j++) B[r * ld + 8 * hc + j] = m[j];
     __syncwarp();
+}
+
+/* The same steps by W warps (VLA_INV16_WARPS, default 2 since session 24; 1: inv16_warp above), 8 / W
+ * entries a thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), a 32 W-thread
+ * named barrier (bar.sync 1) a step where one warp takes a __syncwarp: fewer double operations and
+ * selects a thread a step, for a barrier that costs more. The same sums, so the same bits. Session 24
+ * run 5 (benchmarks/results/2026-12-02-h200-session24): blocked_inverse at N = 32 12.7k cycles a
+ * block against 13.5k with one warp (N = 64: 39.8k against 41.3k; four warps 13.8k, 40.5k; at three
+ * blocks a multiprocessor no faster), the forward at (1,4,32) T = 2048 0.0506 / 0.0506 ms against
+ * 0.0512 / 0.0511 gated, T = 8192 0.3% faster, the rest level. */
+#ifndef VLA_INV16_WARPS
+#define VLA_INV16_WARPS 2
+#endif
+#if defined(VLA_CUDA_EMU) && VLA_INV16_WARPS > 2
+#error "the emulator's blocks have 64 threads: VLA_INV16_WARPS 1 or 2"
+#endif
+template <int W> __device__ __forceinline__ void bar_warps() {
+#ifdef VLA_CUDA_EMU
+    __syncthreads(); /* (the emulator's blocks have 64 threads: W = 2) */
+#else
+    asm volatile("bar.sync 1, %0;" ::"n"(32 * W) : "memory");
+#endif
+}
+template <int W> __device__ __noinline__ void inv16_warps(double *B, int ld, double *buf) {
+    constexpr int CW = 8 / W;
+    const int t = (int)threadIdx.x, r = t & 15, c0 = CW * (((t & 31) >> 4) + 2 * (t >> 5));
+    double m[CW];
+#pragma unroll
+    for (int j = 0; j < CW; j++) m[j] = B[r * ld + c0 + j];
+#pragma unroll 8
+    for (int k = 0; k < 16; k++) {
+        double *row = buf + (k & 1) * 16;
+        if (r == k)
+#pragma unroll
+            for (int j = 0; j < CW; j++) row[c0 + j] = m[j];
+        bar_warps<W>();
+        const double rp = vla_drcp(row[k]);
+        const double pcol = r > k ? row[r] : -row[r]; /* M[r][k] (unused where r == k) */
+        double prow[CW];
+#pragma unroll
+        for (int j = 0; j < CW; j++) prow[j] = row[c0 + j];
+#pragma unroll
+        for (int j = 0; j < CW; j++) {
+            const bool jk = c0 + j == k;
+            if (r == k) m[j] = jk ? rp : prow[j] * rp;
+            else m[j] = jk ? -pcol * rp : fma(-pcol, prow[j] * rp, m[j]);
+        }
+    }
+    bar_warps<W>();
+#pragma unroll
+    for (int j = 0; j < CW; j++) B[r * ld + c0 + j] = m[j];
+    bar_warps<W>();
 }
 
 /* out[i][j] (H x H, ld ldo) = SIGN sum_p opA(i, p) opB(p, j) (+ out[i][j] when ACC), SIGN +1 or -1;
@@ -196,7 +249,10 @@ template <int H> __device__ __forceinline__ double inv_top_left(const double *M,
 /* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
 template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
     if constexpr (N == 16) {
-        if (threadIdx.x < 32) inv16_warp(M, ld, X); /* X: 32 doubles here */
+        if (VLA_INV16_WARPS > 1) {
+            if (threadIdx.x < 32 * VLA_INV16_WARPS) inv16_warps<VLA_INV16_WARPS>(M, ld, X);
+        } else if (threadIdx.x < 32)
+            inv16_warp(M, ld, X); /* X: 32 doubles here */
         __syncthreads();
     } else {
         constexpr int H = N / 2;
