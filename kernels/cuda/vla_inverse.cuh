@@ -142,11 +142,12 @@ __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one
 #define VLA_INV16_WARPS 2
 #endif
 #if defined(VLA_CUDA_EMU) && VLA_INV16_WARPS > 2
-#error "the emulator's blocks have 64 threads: VLA_INV16_WARPS 1 or 2"
+#error "the emulator has a barrier for the first 64 threads only: VLA_INV16_WARPS 1 or 2"
 #endif
 template <int W> __device__ __forceinline__ void bar_warps() {
 #ifdef VLA_CUDA_EMU
-    __syncthreads(); /* (the emulator's blocks have 64 threads: W = 2) */
+    static_assert(W == 2, "the emulator's named barrier: threads 0..63");
+    emu_bar_first64();
 #else
     asm volatile("bar.sync 1, %0;" ::"n"(32 * W) : "memory");
 #endif

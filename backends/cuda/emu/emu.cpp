@@ -41,7 +41,7 @@ struct Warp {
 struct Pool {
     int n = 0;
     std::vector<std::thread> threads;
-    pthread_barrier_t start, end, block;
+    pthread_barrier_t start, end, block, first64; /* first64: threads 0..63 (n >= 64) */
     std::vector<Warp> warps;
     const std::function<void()> *body = nullptr;
     unsigned bx = 0, gx = 0;
@@ -69,6 +69,7 @@ struct Pool {
         pthread_barrier_destroy(&start);
         pthread_barrier_destroy(&end);
         pthread_barrier_destroy(&block);
+        if (n >= 64) pthread_barrier_destroy(&first64);
         for (auto &w : warps) pthread_barrier_destroy(&w.bar);
         warps.clear();
         n = 0;
@@ -81,6 +82,7 @@ struct Pool {
         pthread_barrier_init(&start, nullptr, (unsigned)n + 1);
         pthread_barrier_init(&end, nullptr, (unsigned)n + 1);
         pthread_barrier_init(&block, nullptr, (unsigned)n);
+        if (n >= 64) pthread_barrier_init(&first64, nullptr, 64);
         warps = std::vector<Warp>((size_t)n / 32);
         for (auto &w : warps) pthread_barrier_init(&w.bar, nullptr, 32);
         for (int i = 0; i < n; i++) threads.emplace_back(&Pool::worker, this, i);
@@ -98,6 +100,10 @@ std::mutex launch_mutex;
 
 void __syncthreads() { pthread_barrier_wait(&pool().block); }
 void __syncwarp(unsigned) { pthread_barrier_wait(&pool().warps[threadIdx.x / 32].bar); }
+void emu_bar_first64() {
+    if (pool().n < 64 || threadIdx.x >= 64) abort(); /* (a kernel bug: no such barrier) */
+    pthread_barrier_wait(&pool().first64);
+}
 
 void emu_warp_exchange(const void *in, void *out, size_t size, int src_lane) {
     Warp &w = pool().warps[threadIdx.x / 32];

@@ -38,6 +38,7 @@ extern thread_local dim3 gridDim;
 
 void __syncthreads();
 void __syncwarp(unsigned mask = 0xffffffffu);
+void emu_bar_first64(); /* bar.sync among threads 0..63 alone (a block of 64 threads or more) */
 void emu_warp_exchange(const void *in, void *out, size_t size, int src_lane);
 void emu_warp_gather(const void *in, void *all, size_t size); /* all[32 * size]: every lane's value, by lane */
 unsigned char *emu_dynamic_smem();
