@@ -79,9 +79,9 @@ static inline double vla_drcp(double x) { return 1.0 / x; }
 __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /* = 1.0 / x, correctly rounded, no division */
 #endif
 
-/* In place: the 16 x 16 block at B (ld) <- its inverse, by the calling warp alone (VLA_INV16_WARPS=1;
- * the default is inv16_warps<2>, below, the same steps by two warps). Lane l keeps row
- * l & 15, columns 8 (l >> 4) .. + 7, in registers. At step k the two lanes holding row k publish it
+/* In place: the 16 x 16 block at B (ld) <- its inverse, by the first W warps of the block (below).
+ * With W = 1 (session 11's form, `inv16_warp` until session 24) lane l keeps row l & 15, columns
+ * 8 (l >> 4) .. + 7, in registers. At step k the threads holding row k publish it
  * to buf (double[2][16], by k's parity, as gj_inverse), and after a __syncwarp every lane reads its
  * eight pivot-row entries (four 16-byte loads), the pivot, and its pivot-column entry: no barrier.
  * The column comes from the row because in-place Gauss-Jordan on a symmetric matrix keeps entries
@@ -97,41 +97,8 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #ifndef VLA_INV16_UNROLL
 #define VLA_INV16_UNROLL 8
 #endif
-__device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one copy however often called */
-    const int lane = (int)threadIdx.x & 31, r = lane & 15, hc = lane >> 4;
-    constexpr int kUnroll = VLA_INV16_UNROLL;
-    (void)kUnroll; /* (read by the pragma below only) */
-    double m[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) m[j] = B[r * ld + 8 * hc + j];
-#pragma unroll kUnroll
-    for (int k = 0; k < 16; k++) {
-        const int kh = k >> 3, kj = k & 7;
-        double *row = buf + (k & 1) * 16;
-        if (r == k)
-#pragma unroll
-            for (int j = 0; j < 8; j++) row[8 * hc + j] = m[j];
-        __syncwarp();
-        const double rp = vla_drcp(row[k]);
-        const double pcol = r > k ? row[r] : -row[r]; /* M[r][k] (unused where r == k) */
-        double prow[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) prow[j] = row[8 * hc + j];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const bool jk = hc == kh && j == kj;
-            if (r == k) m[j] = jk ? rp : prow[j] * rp;
-            else m[j] = jk ? -pcol * rp : fma(-pcol, prow[j] * rp, m[j]);
-        }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < 8; j++) B[r * ld + 8 * hc + j] = m[j];
-    __syncwarp();
-}
-
-/* The same steps by W warps (VLA_INV16_WARPS, default 2 since session 24; 1: inv16_warp above), 8 / W
- * entries a thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), a 32 W-thread
+/* W warps (VLA_INV16_WARPS, default 2 since session 24; 1 is session 11's form): 8 / W entries a
+ * thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), and with W > 1 a 32 W-thread
  * named barrier (bar.sync 1) a step where one warp takes a __syncwarp: fewer double operations and
  * selects a thread a step, for a barrier that costs more. The same sums, so the same bits. Session 24
  * run 5 (benchmarks/results/2026-12-02-h200-session24): blocked_inverse at N = 32 12.7k cycles a
@@ -145,20 +112,25 @@ __device__ __noinline__ void inv16_warp(double *B, int ld, double *buf) { /* one
 #error "the emulator has a barrier for the first 64 threads only: VLA_INV16_WARPS 1 or 2"
 #endif
 template <int W> __device__ __forceinline__ void bar_warps() {
+    if constexpr (W == 1) {
+        __syncwarp();
+    } else {
 #ifdef VLA_CUDA_EMU
-    static_assert(W == 2, "the emulator's named barrier: threads 0..63");
-    emu_bar_first64();
+        static_assert(W == 2, "the emulator's named barrier: threads 0..63");
+        emu_bar_first64();
 #else
-    asm volatile("bar.sync 1, %0;" ::"n"(32 * W) : "memory");
+        asm volatile("bar.sync 1, %0;" ::"n"(32 * W) : "memory");
 #endif
+    }
 }
-template <int W> __device__ __noinline__ void inv16_warps(double *B, int ld, double *buf) {
-    constexpr int CW = 8 / W;
+template <int W> __device__ __noinline__ void inv16_warps(double *B, int ld, double *buf) { /* one copy however often called */
+    constexpr int CW = 8 / W, kUnroll = VLA_INV16_UNROLL;
+    (void)kUnroll; /* (read by the pragma below only) */
     const int t = (int)threadIdx.x, r = t & 15, c0 = CW * (((t & 31) >> 4) + 2 * (t >> 5));
     double m[CW];
 #pragma unroll
     for (int j = 0; j < CW; j++) m[j] = B[r * ld + c0 + j];
-#pragma unroll 8
+#pragma unroll kUnroll
     for (int k = 0; k < 16; k++) {
         double *row = buf + (k & 1) * 16;
         if (r == k)
@@ -212,7 +184,7 @@ __device__ __forceinline__ void inv_stamp(long long *pf, int n) {
 
 /* The blocked elimination of M (N x N in shared memory, ld) up to its last step: M11 <- M11^{-1},
  * M21 <- -Y^T, M22 <- S^{-1}, X (H x (H + 1)) = M11^{-1} M12; M12 is left as it was. Nested levels
- * use X + H (H + 1) as their scratch (inv16_warp's 32 doubles at the end). Ends with a barrier. */
+ * use X + H (H + 1) as their scratch (inv16_warps' 32 doubles at the end). Ends with a barrier. */
 template <int N> __device__ __forceinline__ void spd_inv_core(double *M, int ld, double *X, long long *pf = nullptr) {
     constexpr int H = N / 2, ldx = H + 1;
     double *M11 = M, *M12 = M + H, *M21 = M + H * ld, *M22 = M21 + H;
@@ -250,10 +222,7 @@ template <int H> __device__ __forceinline__ double inv_top_left(const double *M,
 /* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
 template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
     if constexpr (N == 16) {
-        if (VLA_INV16_WARPS > 1) {
-            if (threadIdx.x < 32 * VLA_INV16_WARPS) inv16_warps<VLA_INV16_WARPS>(M, ld, X);
-        } else if (threadIdx.x < 32)
-            inv16_warp(M, ld, X); /* X: 32 doubles here */
+        if (threadIdx.x < 32 * VLA_INV16_WARPS) inv16_warps<VLA_INV16_WARPS>(M, ld, X); /* X: 32 doubles here */
         __syncthreads();
     } else {
         constexpr int H = N / 2;
@@ -272,7 +241,7 @@ template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
  * staged by the caller before a barrier): X (H (H + 1) doubles, + 16 x 17 at N = 64, + 32; H = N / 2) is
  * scratch; then out(i, j, entry) for N x N / NT entries a thread (Md and X are read until the end).
  * No barrier at the end. (The staging is the caller's so that the kernel holds one copy of this code
- * whatever M's source: two copies, with inv16_warp inlined, made apart_kernel 2.5 times longer.) */
+ * whatever M's source: two copies, with the 16 x 16 inversion inlined, made apart_kernel 2.5 times longer.) */
 template <int N, typename F>
 __device__ __forceinline__ void blocked_inverse(double *Md, double *X, F out, long long *pf = nullptr) {
     constexpr int H = N / 2, ld = N + 1;
