@@ -182,6 +182,14 @@ static const cu_case cases[] = {
      .dv = 10, .chunk = 8, .seg = 2, .paper = 1, .with_u = 1, .with_states = 1, .t0 = 5, .inplace = 1, .only = TL},
     {.name = "vla two-level seg5 C16 dk64 dv32 normalised", .mech = VL, .B = 1, .T = 200, .H = 2, .dk = 64, .dv = 32,
      .chunk = 16, .seg = 5, .elu1 = 1, .norm = 1, .only = TL},
+    /* 134 heads at dk = 64: the plain walk on 32 value columns a block (walk_kernel<64, 32>, whose
+     * loads and stores go 16 bytes at a time where dv is a multiple of 4, session 25): dv = 60, the
+     * second block 28 columns wide; dv = 62, 4 bytes at a time. (Last, so that the cases above keep
+     * their seeds.) */
+    {.name = "vla B2 H67 dk64 dv60 T70 states (walk, 16-byte moves)", .mech = VL, .B = 2, .T = 70, .H = 67, .dk = 64,
+     .dv = 60, .with_states = 1, .only = VLA_ALGO_CHUNKED},
+    {.name = "vla B2 H67 dk64 dv62 T70 (walk, dv % 4 = 2)", .mech = VL, .B = 2, .T = 70, .H = 67, .dk = 64, .dv = 62,
+     .only = VLA_ALGO_CHUNKED},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -54,6 +54,23 @@
 namespace vlacu {
 namespace cp {
 
+/* VLA_CP_A3 (session 25): the A-part product groups taken in 3xTF32 instead of 4xTF32 (the small
+ * small term dropped, the rounded add after every 8-deep step kept; vla_mma.cuh): bit 1 the Gram
+ * sums, 2 U A0 (and K A0), 4 the Cholesky's and Z's products, 8 Z^T Z, 16 the u-given form's K Z^T
+ * and tril(K Z^T) Z, whose difference cancels (session 7). Default 14. None of 2, 4, 8 forms that
+ * difference: the UK form takes a_t from Z's rows, and A_end = A0 - Z^T Z is as accurate as Z^T Z
+ * relative to A0. H200, gated, against all 4xTF32 (benchmarks/results/2026-12-02-h200-session25,
+ * run 1, rounds 1 / 2, ms): (1,4,32) T = 2048 0.0500 / 0.0501 against 0.0505 / 0.0506, T = 131072
+ * 1.204 / 1.207 against 1.221 / 1.222, (8,16,64) T = 2048 1.052 / 1.054 against 1.070 / 1.070,
+ * T = 32768 15.50 / 15.53 against 15.83 / 15.84. test_cuda with 31 (every group), over the 60 chunked
+ * VLA rows against float64: outputs' errors 0.99-1.56x 4xTF32's (the largest 9.9e-6, lambda0 = 1e-3,
+ * tol 2e-4), A_out's 1.0-2.2x (the largest 3.5e-6, tol 1e-5). 1 (the Gram sums) took gram_kernel<32>
+ * from 70 to 89 registers and (1,4,32) T = 2048 to 0.0553 ms. 0: every group 4xTF32, as before. */
+#ifndef VLA_CP_A3
+#define VLA_CP_A3 14
+#endif
+template <int BIT> constexpr int aprec = (VLA_CP_A3 & BIT) ? 2 : 1;
+
 /* Development: clock64() into pf[n] by thread 0 when pf is set (pf: P.prof in the block and chunk that
  * VLA_CUDA_KERNEL_TIMES profiles, else null; PROF below does the same from P). */
 #ifdef VLA_CUDA_EMU
@@ -277,7 +294,7 @@ template <int DK, bool RD> __device__ void chol_z_blocked(const float *U, float 
     { /* the diagonal blocks I + UA_b U_b^T: warp w takes block w / 2, columns 8 (w % 2) .. */
         const int b = warp >> 1, h = warp & 1;
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        warp_mma<true, true>(UA + 16 * b * ld, ld, U + (16 * b + 8 * h) * ld, ld, DK, d);
+        warp_mma<true, aprec<4>>(UA + 16 * b * ld, ld, U + (16 * b + 8 * h) * ld, ld, DK, d);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int i = g + (q >> 1) * 8, j = 8 * h + 2 * t + (q & 1);
@@ -292,7 +309,7 @@ template <int DK, bool RD> __device__ void chol_z_blocked(const float *U, float 
         if (b > 0) {
             if (warp < 2 * b) { /* P_b, column tile warp */
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                warp_mma<true, true>(U + r0 * ld, ld, UA + 8 * warp * ld, ld, DK, d);
+                warp_mma<true, aprec<4>>(U + r0 * ld, ld, UA + 8 * warp * ld, ld, DK, d);
 #pragma unroll
                 for (int q = 0; q < 4; q++) Pb[(g + (q >> 1) * 8) * ldc + 8 * warp + 2 * t + (q & 1)] = d[q];
             }
@@ -301,12 +318,12 @@ template <int DK, bool RD> __device__ void chol_z_blocked(const float *U, float 
             for (int w = warp; w < DK / 8 + 2; w += NT / 32) { /* R_b's DK / 8 column tiles, then S_b's two */
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 if (w < DK / 8) {
-                    warp_mma<false, true>(Pb, ldc, UA + 8 * w, ld, r0, d);
+                    warp_mma<false, aprec<4>>(Pb, ldc, UA + 8 * w, ld, r0, d);
 #pragma unroll
                     for (int q = 0; q < 4; q++) UA[(r0 + g + (q >> 1) * 8) * ld + 8 * w + 2 * t + (q & 1)] -= d[q];
                 } else {
                     const int h = w - DK / 8;
-                    warp_mma<true, true>(Pb, ldc, Pb + 8 * h * ldc, ldc, r0, d);
+                    warp_mma<true, aprec<4>>(Pb, ldc, Pb + 8 * h * ldc, ldc, r0, d);
 #pragma unroll
                     for (int q = 0; q < 4; q++) G[(r0 + g + (q >> 1) * 8) * ldc + 8 * h + 2 * t + (q & 1)] -= d[q];
                 }
@@ -692,7 +709,7 @@ template <int DK> __global__ void __launch_bounds__(NT, DK == 64 ? VLA_CP_GRAM_M
         __syncthreads();
         norm_rows<DK>(U, ld, (float)a.eps, (float)a.u_scale); /* U = s_u normalize(.) */
         __syncthreads();
-        mmb<DK, DK, C, true, false, true>(U, ld, U, ld, acc);
+        mmb<DK, DK, C, true, false, aprec<1>>(U, ld, U, ld, acc);
     }
     float *dst = P.Gp + (((size_t)bh * per + g) * P.gparts + p) * DK * DK; /* zero if the part is empty */
 #pragma unroll
@@ -1071,7 +1088,7 @@ template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void 
         typedef blk<C, DK> tl;
         float x[tl::NE];
         zerob<C, DK>(x);
-        mmb<C, DK, DK, false, false, true>(U, ld, A0, ld, x);
+        mmb<C, DK, DK, false, false, aprec<2>>(U, ld, A0, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) UA[tl::row(i) * ld + tl::col(i)] = x[i];
     } else {
@@ -1079,7 +1096,7 @@ template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void 
         float x[tl::NE], y[tl::NE];
         zerob<C, DK>(x);
         zerob<C, DK>(y);
-        mmb2<C, DK, DK, false, false, false, true, true>(U, K, ld, A0, nullptr, ld, x, y); /* one B: A0 */
+        mmb2<C, DK, DK, false, false, false, true, aprec<2>>(U, K, ld, A0, nullptr, ld, x, y); /* one B: A0 */
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) {
                 UA[tl::row(i) * ld + tl::col(i)] = x[i];
@@ -1109,7 +1126,7 @@ template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void 
         typedef blk<C, C> tl;
         float x[tl::NE];
         zerob<C, C>(x);
-        mmb<C, C, DK, false, true, true>(UA, ld, U, ld, x);
+        mmb<C, C, DK, false, true, aprec<4>>(UA, ld, U, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = x[i] + (tl::row(i) == tl::col(i) ? 1.0f : 0.0f);
     }
@@ -1141,7 +1158,7 @@ template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void 
         typedef blk<C, C> tl;
         float x[tl::NE];
         zerob<C, C>(x);
-        mmb<C, C, DK, false, true, true>(K, ld, Z, ld, x);
+        mmb<C, C, DK, false, true, aprec<16>>(K, ld, Z, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) G[tl::row(i) * ldc + tl::col(i)] = tl::col(i) <= tl::row(i) ? x[i] : 0.0f;
     }
@@ -1152,7 +1169,7 @@ template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void 
         typedef blk<C, DK> tl;
         float x[tl::NE];
         zerob<C, DK>(x);
-        mmb<C, DK, C, false, false, true>(G, ldc, Z, ld, x);
+        mmb<C, DK, C, false, false, aprec<16>>(G, ldc, Z, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) Al[tl::row(i) * ld + tl::col(i)] -= x[i];
     }
@@ -1166,7 +1183,7 @@ template <int DK, int MINB, bool FOLD = false, bool UK = false> __global__ void 
         typedef blk<DK, DK> tl;
         float x[tl::NE];
         zerob<DK, DK>(x);
-        mmb<DK, DK, C, true, false, true>(Z, ld, Z, ld, x);
+        mmb<DK, DK, C, true, false, aprec<8>>(Z, ld, Z, ld, x);
 #pragma unroll
         for (int i = 0; i < tl::NE; i++) {
                 const int r = tl::row(i), cc = tl::col(i);
@@ -1323,6 +1340,16 @@ __global__ void __launch_bounds__(NT) sumwalk_kernel(const cp_params P, int DK) 
  * so a head takes 2 wlen + nch / wlen steps instead of nch. W_PLAIN is the whole walk. ---- */
 enum { W_PLAIN = 0, W_MAP = 1, W_SCAN = 2, W_LOCAL = 3 };
 
+/* VLA_WALK_DIAG (development, timing only, session 25; results wrong): walk_kernel leaves out, by
+ * bit, 1 the fetches of P_j and Q_j after the first steps, 2 the stores of X_j, 4 the product */
+#ifndef VLA_WALK_DIAG
+#define VLA_WALK_DIAG 0
+#endif
+/* VLA_WALK_VEC (session 25): the plain walk's loads of P_j, Q_j and stores of X_j by 16 bytes at
+ * dk = 64 (walk_kernel<64, BV, W_PLAIN>, see there); 0 (development): 4 bytes, as before. */
+#ifndef VLA_WALK_VEC
+#define VLA_WALK_VEC 1
+#endif
 template <int DK, int BV> struct walk_smem {
     static constexpr int ld = DK + LD_PAD, ldv = BV + LD_PAD;
     /* two stages of [P | Q] tiles and of X */
@@ -1362,42 +1389,135 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
     constexpr int AH = DK == 64 && MODE == W_PLAIN ? 2 : 1;
     float rp[AH][NP], rq[AH][NQ];
 
+    /* WVEC (fetch4, stash4, put_x4; session 25): each thread takes four consecutive entries e .. e + 3
+     * of a row of P, Q and X_j, moved by one 16-byte load or store where dv is a multiple of 4 and the
+     * arrays lie on 16 bytes (vec), else by four (the mapping is the same either way, so the
+     * registers are too); X_j is stored from XB(s) in whole rows, where the accumulator layout stored
+     * half a 32-byte sector a lane. Q in fours where NQ splits so (VQ), else one entry a thread. The
+     * same values land in the same places: the same bits (44 of 44 files, session 25 run 3). At
+     * (8,16,64) the plain walk's steps took 3.7-3.8k cycles a block instead of 4.5-4.6k (T = 2048,
+     * 32 steps: 118-123k against 144-148k), and without X_j's stores 3.4k (VLA_WALK_DIAG=2, run 2): the
+     * accumulator-layout stores were a quarter of a step. Forward, gated, rounds 1 / 2: (8,16,64)
+     * T = 2048 1.0404 / 1.0397 ms against 1.0566 / 1.0586, T = 32768 15.28 / 15.29 against 15.54 /
+     * 15.54. The same form in walk_kernel<32, 32> (the segmented walk's first and last launches) made
+     * (1,4,32) T = 8192 and 32768 2-3% slower (0.1128 / 0.1123 against 0.1092 / 0.1094 ms) and
+     * T = 131072 2% faster: so the plain walk at dk = 64 on 32 columns alone, where it was measured. */
+    constexpr bool WVEC = VLA_WALK_VEC && DK == 64 && BV == 32 && MODE == W_PLAIN;
+    constexpr bool VQ = NQ % 4 == 0 && BV % 4 == 0;
+    const bool vec = (dv & 3) == 0 &&
+                     (((uintptr_t)P.Pm | (uintptr_t)P.Qm | (uintptr_t)P.Seg | (uintptr_t)P.Xst | (uintptr_t)P.Sst) & 15u) == 0u;
+    auto ld4 = [&](const float *src, int n) { /* src[0..3], zero past n (n >= 4: all) */
+        vf4 x;
+        if (vec && n >= 4) return *reinterpret_cast<const vf4 *>(src);
+        x.x = n > 0 ? src[0] : 0.0f, x.y = n > 1 ? src[1] : 0.0f, x.z = n > 2 ? src[2] : 0.0f, x.w = n > 3 ? src[3] : 0.0f;
+        return x;
+    };
+    auto fetch4 = [&](int jj, int u) {
+        const bool scan = mode == W_SCAN;
+        const size_t pld = scan ? (size_t)segld : (size_t)DK, qld = scan ? (size_t)segld : (size_t)dv;
+        const float *pg = scan ? P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld : P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
+        const float *qg = scan ? pg + DK + v0 : P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
+        const int qn = !scan && pblock ? 0 : nv; /* identity columns: Q = 0 */
+#pragma unroll
+        for (int r = 0; r < NP / 4; r++) {
+            const int e = 4 * ((int)threadIdx.x + NT * r), i = e / DK, k = e - i * DK;
+            const vf4 x = ld4(pg + (size_t)i * pld + k, 4);
+            rp[u][4 * r] = x.x, rp[u][4 * r + 1] = x.y, rp[u][4 * r + 2] = x.z, rp[u][4 * r + 3] = x.w;
+        }
+        if constexpr (VQ) {
+#pragma unroll
+            for (int r = 0; r < NQ / 4; r++) {
+                const int e = 4 * ((int)threadIdx.x + NT * r), i = e / BV, cc = e - i * BV;
+                const vf4 x = ld4(qg + (size_t)i * qld + cc, qn - cc);
+                rq[u][4 * r] = x.x, rq[u][4 * r + 1] = x.y, rq[u][4 * r + 2] = x.z, rq[u][4 * r + 3] = x.w;
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < NQ; r++) {
+                const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+                rq[u][r] = cc < qn ? qg[(size_t)i * qld + cc] : 0.0f;
+            }
+        }
+    };
+    auto stash4 = [&](int s, int u) {
+#pragma unroll
+        for (int r = 0; r < NP / 4; r++) {
+            const int e = 4 * ((int)threadIdx.x + NT * r), i = e / DK, k = e - i * DK;
+            vf4 x;
+            x.x = rp[u][4 * r], x.y = rp[u][4 * r + 1], x.z = rp[u][4 * r + 2], x.w = rp[u][4 * r + 3];
+            *reinterpret_cast<vf4 *>(PB(s) + i * ld + k) = x;
+        }
+        if constexpr (VQ) {
+#pragma unroll
+            for (int r = 0; r < NQ / 4; r++) {
+                const int e = 4 * ((int)threadIdx.x + NT * r), i = e / BV, cc = e - i * BV;
+                vf4 x;
+                x.x = rq[u][4 * r], x.y = rq[u][4 * r + 1], x.z = rq[u][4 * r + 2], x.w = rq[u][4 * r + 3];
+                *reinterpret_cast<vf4 *>(QB(s) + i * ldv + cc) = x;
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < NQ; r++) {
+                const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+                QB(s)[i * ldv + cc] = rq[u][r];
+            }
+        }
+    };
+    /* X_j (in XB(s), written before the last barrier) to xst, whole rows of BV: columns < nv */
+    auto put_x4 = [&](float *xst, int s) {
+        for (int e4 = (int)threadIdx.x; e4 < DK * BV / 4; e4 += NT) {
+            const int i = 4 * e4 / BV, cc = 4 * e4 - i * BV;
+            const float *x = XB(s) + i * ldv + cc;
+            float *dst = xst + (size_t)i * dv + cc;
+            if (vec && cc < nv) *reinterpret_cast<vf4 *>(dst) = *reinterpret_cast<const vf4 *>(x);
+            else if (!vec)
+                for (int q = 0; q < 4 && cc + q < nv; q++) dst[q] = x[q];
+        }
+    };
     /* registers slot u <- step jj's P and Q columns v0.. (columns < nv; Q = 0 for identity columns) */
     auto fetch = [&](int jj, int u) {
-        if (mode == W_SCAN) { /* a segment map [P_seg | Q_seg], rows of DK + dv */
-            const float *pg = P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld, *qg = pg + DK + v0;
+        if constexpr (WVEC) {
+            fetch4(jj, u);
+        } else {
+            if (mode == W_SCAN) { /* a segment map [P_seg | Q_seg], rows of DK + dv */
+                const float *pg = P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld, *qg = pg + DK + v0;
+#pragma unroll
+                for (int r = 0; r < NP; r++) {
+                    const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
+                    rp[u][r] = pg[(size_t)i * segld + k];
+                }
+#pragma unroll
+                for (int r = 0; r < NQ; r++) {
+                    const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+                    rq[u][r] = cc < nv ? qg[(size_t)i * segld + cc] : 0.0f;
+                }
+                return;
+            }
+            const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
+            const float *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
+#pragma unroll
+            for (int r = 0; r < NP; r++) rp[u][r] = pg[threadIdx.x + NT * r];
+#pragma unroll
+            for (int r = 0; r < NQ; r++) {
+                const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
+                rq[u][r] = !pblock && cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
+            }
+        }
+    };
+    auto stash = [&](int s, int u) {
+        if constexpr (WVEC) {
+            stash4(s, u);
+        } else {
 #pragma unroll
             for (int r = 0; r < NP; r++) {
                 const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
-                rp[u][r] = pg[(size_t)i * segld + k];
+                PB(s)[i * ld + k] = rp[u][r];
             }
 #pragma unroll
             for (int r = 0; r < NQ; r++) {
                 const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-                rq[u][r] = cc < nv ? qg[(size_t)i * segld + cc] : 0.0f;
+                QB(s)[i * ldv + cc] = rq[u][r];
             }
-            return;
-        }
-        const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
-        const float *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
-#pragma unroll
-        for (int r = 0; r < NP; r++) rp[u][r] = pg[threadIdx.x + NT * r];
-#pragma unroll
-        for (int r = 0; r < NQ; r++) {
-            const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-            rq[u][r] = !pblock && cc < nv ? qg[(size_t)i * dv + cc] : 0.0f;
-        }
-    };
-    auto stash = [&](int s, int u) {
-#pragma unroll
-        for (int r = 0; r < NP; r++) {
-            const int e = threadIdx.x + NT * r, i = e / DK, k = e - i * DK;
-            PB(s)[i * ld + k] = rp[u][r];
-        }
-#pragma unroll
-        for (int r = 0; r < NQ; r++) {
-            const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-            QB(s)[i * ldv + cc] = rq[u][r];
         }
     };
 
@@ -1439,15 +1559,20 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
             float *xst = mode == W_SCAN  ? P.Sst + ((size_t)bh * P.wnseg + j) * DK * dv + v0
                          : mode == W_MAP ? nullptr
                                          : P.Xst + ((size_t)bh * P.nch + j) * DK * dv + v0;
-            if (xst)
+            if (xst && !(VLA_WALK_DIAG & 2)) {
+                if constexpr (WVEC) {
+                    put_x4(xst, s);
+                } else {
 #pragma unroll
-                for (int i = 0; i < tx::NE; i++)
+                    for (int i = 0; i < tx::NE; i++)
                         if (tx::col(i) < nv) xst[(size_t)tx::row(i) * dv + tx::col(i)] = xs[i];
-            if (j + AH < j1) fetch(j + AH, u);
+                }
+            }
+            if (j + AH < j1 && !(VLA_WALK_DIAG & 1)) fetch(j + AH, u);
             /* X <- P X + Q */
 #pragma unroll
             for (int i = 0; i < tx::NE; i++) xs[i] = QB(s)[tx::row(i) * ldv + tx::col(i)];
-            mmb<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
+            if (!(VLA_WALK_DIAG & 4)) mmb<DK, BV, DK, false, false>(PB(s), ld, XB(s), ldv, xs);
 #pragma unroll
             for (int i = 0; i < tx::NE; i++) XB(s ^ 1)[tx::row(i) * ldv + tx::col(i)] = xs[i];
             if (j + 1 < j1) stash(s ^ 1, (u + 1) % AH);

@@ -232,11 +232,12 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 }
 
 /* d += a b on one 16 x 8 x 8 tile from split fragments (big ab, bb; small as, bs), all inside the
- * tensor core: the three products (four with FOUR: small small too). */
-template <bool FOUR = false>
+ * tensor core: the three products (four with FOUR == 1: small small too). FOUR, here and below: 0
+ * the S part's 3xTF32, 1 the A part's 4xTF32, 2 the A part's 3xTF32 (its rounded adds, see mmb). */
+template <int FOUR = 0>
 __device__ __forceinline__ void mma_chain(float (&d)[4], const unsigned (&ab)[4], const unsigned (&as)[4],
                                           const unsigned (&bb)[2], const unsigned (&bs)[2]) {
-    if (FOUR) mma_tf32(d, as, bs);
+    if (FOUR == 1) mma_tf32(d, as, bs);
     mma_tf32(d, as, bb);
     mma_tf32(d, ab, bs);
     mma_tf32(d, ab, bb);
@@ -244,7 +245,7 @@ __device__ __forceinline__ void mma_chain(float (&d)[4], const unsigned (&ab)[4]
 
 /* acc[0..3] += a b on one tile: mma_chain summed from zero, then added to acc on the CUDA cores,
  * rounded to nearest (see mmt). */
-template <bool FOUR = false>
+template <int FOUR = 0>
 __device__ __forceinline__ void mma_split(float *acc, const unsigned (&ab)[4], const unsigned (&as)[4],
                                           const unsigned (&bb)[2], const unsigned (&bs)[2]) {
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -256,7 +257,7 @@ __device__ __forceinline__ void mma_split(float *acc, const unsigned (&ab)[4], c
 /* 8-deep steps a product sums inside the tensor core before each rounded add to its accumulator:
  * one in the A part's 4xTF32 products (whose cancellation shows every rounding), MMA_KG_S in the
  * others. */
-template <bool FOUR> constexpr int MMA_KG = FOUR ? 1 : MMA_KG_S;
+template <int FOUR> constexpr int MMA_KG = FOUR ? 1 : MMA_KG_S;
 
 template <int M, int N> struct ttile {
     static constexpr int WARPS = 8;
@@ -277,7 +278,7 @@ template <int M, int N> struct ttile {
 
 /* acc += op(A)[M x K] op(B)[K x N] (op as in mm: TA reads A[p*lda + r], TB reads B[c*ldb + p]).
  * FOUR: 4xTF32, the small small term too (for the A part, see mmb). */
-template <int M, int N, int K, bool TA, bool TB, bool FOUR = false>
+template <int M, int N, int K, bool TA, bool TB, int FOUR = 0>
 __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int ldb, float (&acc)[ttile<M, N>::NE]) {
     typedef ttile<M, N> bl;
     static_assert(K % 8 == 0, "K must be a multiple of 8");
@@ -331,7 +332,7 @@ __device__ __forceinline__ void mmt(const float *A, int lda, const float *B, int
  * mmt's, in mmt's order (the same bits); the two products' tensor-core chains interleave, where a
  * tile's steps alone are a dependent chain (about 24 cycles a step against 6 when independent,
  * benchmarks/mma_chain_bench.cu). */
-template <int M, int N, int K, bool TA, bool TB, bool FOUR, bool SAME_A, bool SAME_B>
+template <int M, int N, int K, bool TA, bool TB, int FOUR, bool SAME_A, bool SAME_B>
 __device__ __forceinline__ void mmt2(const float *A1, const float *A2, int lda, const float *B1, const float *B2, int ldb,
                                      float (&acc1)[ttile<M, N>::NE], float (&acc2)[ttile<M, N>::NE]) {
     typedef ttile<M, N> bl;
@@ -396,7 +397,7 @@ __device__ __forceinline__ void mmt2(const float *A1, const float *A2, int lda, 
 /* d += A[16 x kn] op(B)[kn x 8] for one 16 x 8 tile (A[r * lda + p]; B[p * ldb + c], or B[c * ldb + p]
  * when TB), kn a multiple of 8, accumulated as mmb does; called by a whole warp. d[q] is row
  * g + 8 (q / 2), column 2 t + q % 2. */
-template <bool TB = false, bool FOUR = false>
+template <bool TB = false, int FOUR = 0>
 __device__ __forceinline__ void warp_mma(const float *A, int lda, const float *B, int ldb, int kn, float (&d)[4]) {
     const int g = (int)(threadIdx.x & 31) >> 2, t = (int)threadIdx.x & 3;
 #pragma unroll 2 /* two 8-deep steps in one block: their tensor-core chains overlap (kn is often not a constant) */
@@ -431,13 +432,15 @@ template <int M, int N> struct pick_tile<true, M, N> { typedef ttile<M, N> type;
 #endif
 template <int M, int N> using blk = typename pick_tile<VLA_CP_TC && tc_fits(M, N), M, N>::type;
 
-/* FOUR (tensor-core form): 4xTF32, a b = big big + big small + small big + small small, for the
+/* FOUR (tensor-core form): 1 = 4xTF32, a b = big big + big small + small big + small small, for the
  * products of VLA's A part (and its Gram sums). There a_t = normalize(K A0 - tril(K Z^T) Z) cancels
  * (with u = s_u k^ the first token's two terms agree to 1 / (1 + s_u^2 / lambda0), 1/11 at the
  * defaults), which multiplies the products' rounding; in 3xTF32 one random input at T = 1, dk = 8
  * gave 1.18e-5 against the 1e-5 bound on the H200, 3.6e-7 with the fourth term (session 7; in the
- * emulator 8.4e-6 and 2.3e-6, and 9.2e-7 in FP32 FMA). */
-template <int M, int N, int K, bool TA, bool TB, bool FOUR = false>
+ * emulator 8.4e-6 and 2.3e-6, and 9.2e-7 in FP32 FMA). 2 = 3xTF32 with the A part's rounded add
+ * after every 8-deep step: since session 25 the A part's products that do not form that difference
+ * (VLA_CP_A3 in vla_chunkpar.cu). */
+template <int M, int N, int K, bool TA, bool TB, int FOUR = 0>
 __device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int ldb, float (&acc)[blk<M, N>::NE]) {
 #if VLA_CP_TC
     if constexpr (tc_fits(M, N)) {
@@ -451,7 +454,7 @@ __device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int
 
 /* mmt2 where the device has tensor cores and M x N tiles 8 warps, else the two products one after
  * the other (the FMA form). SAME_A / SAME_B as mmt2: A2 (or B2) is then ignored. */
-template <int M, int N, int K, bool TA, bool TB, bool SAME_A, bool SAME_B, bool FOUR = false>
+template <int M, int N, int K, bool TA, bool TB, bool SAME_A, bool SAME_B, int FOUR = 0>
 __device__ __forceinline__ void mmb2(const float *A1, const float *A2, int lda, const float *B1, const float *B2, int ldb,
                                      float (&acc1)[blk<M, N>::NE], float (&acc2)[blk<M, N>::NE]) {
 #if VLA_CP_TC
