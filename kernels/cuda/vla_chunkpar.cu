@@ -1393,9 +1393,8 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
      * of a row of P, Q and X_j, moved by one 16-byte load or store where dv is a multiple of 4 and the
      * arrays lie on 16 bytes (vec), else by four (the mapping is the same either way, so the
      * registers are too); X_j is stored from XB(s) in whole rows, where the accumulator layout stored
-     * half a 32-byte sector a lane. Q in fours where NQ splits so (VQ), else one entry a thread. The
-     * same values land in the same places: the same bits (44 of 44 files, session 25 run 3). At
-     * (8,16,64) the plain walk's steps took 3.7-3.8k cycles a block instead of 4.5-4.6k (T = 2048,
+     * half a 32-byte sector a lane. The same values land in the same places: the same bits (44 of 44
+     * files, session 25 run 3). At (8,16,64) the plain walk's steps took 3.7-3.8k cycles a block instead of 4.5-4.6k (T = 2048,
      * 32 steps: 118-123k against 144-148k), and without X_j's stores 3.4k (VLA_WALK_DIAG=2, run 2): the
      * accumulator-layout stores were a quarter of a step. Forward, gated, rounds 1 / 2: (8,16,64)
      * T = 2048 1.0404 / 1.0397 ms against 1.0566 / 1.0586, T = 32768 15.28 / 15.29 against 15.54 /
@@ -1403,9 +1402,8 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
      * (1,4,32) T = 8192 and 32768 2-3% slower (0.1128 / 0.1123 against 0.1092 / 0.1094 ms) and
      * T = 131072 2% faster: so the plain walk at dk = 64 on 32 columns alone, where it was measured. */
     constexpr bool WVEC = VLA_WALK_VEC && DK == 64 && BV == 32 && MODE == W_PLAIN;
-    constexpr bool VQ = NQ % 4 == 0 && BV % 4 == 0;
-    const bool vec = (dv & 3) == 0 &&
-                     (((uintptr_t)P.Pm | (uintptr_t)P.Qm | (uintptr_t)P.Seg | (uintptr_t)P.Xst | (uintptr_t)P.Sst) & 15u) == 0u;
+    static_assert(!WVEC || (NP % 4 == 0 && NQ % 4 == 0), "four entries a thread");
+    const bool vec = (dv & 3) == 0 && (((uintptr_t)P.Pm | (uintptr_t)P.Qm | (uintptr_t)P.Xst) & 15u) == 0u;
     auto ld4 = [&](const float *src, int n) { /* src[0..3], zero past n (n >= 4: all) */
         vf4 x;
         if (vec && n >= 4) return *reinterpret_cast<const vf4 *>(src);
@@ -1413,30 +1411,18 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
         return x;
     };
     auto fetch4 = [&](int jj, int u) {
-        const bool scan = mode == W_SCAN;
-        const size_t pld = scan ? (size_t)segld : (size_t)DK, qld = scan ? (size_t)segld : (size_t)dv;
-        const float *pg = scan ? P.Seg + ((size_t)bh * P.wnseg + jj) * DK * segld : P.Pm + ((size_t)bh * P.nch + jj) * DK * DK;
-        const float *qg = scan ? pg + DK + v0 : P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
-        const int qn = !scan && pblock ? 0 : nv; /* identity columns: Q = 0 */
+        const float *pg = P.Pm + ((size_t)bh * P.nch + jj) * DK * DK, *qg = P.Qm + ((size_t)bh * P.nch + jj) * DK * dv + v0;
 #pragma unroll
         for (int r = 0; r < NP / 4; r++) {
             const int e = 4 * ((int)threadIdx.x + NT * r), i = e / DK, k = e - i * DK;
-            const vf4 x = ld4(pg + (size_t)i * pld + k, 4);
+            const vf4 x = ld4(pg + (size_t)i * DK + k, 4);
             rp[u][4 * r] = x.x, rp[u][4 * r + 1] = x.y, rp[u][4 * r + 2] = x.z, rp[u][4 * r + 3] = x.w;
         }
-        if constexpr (VQ) {
 #pragma unroll
-            for (int r = 0; r < NQ / 4; r++) {
-                const int e = 4 * ((int)threadIdx.x + NT * r), i = e / BV, cc = e - i * BV;
-                const vf4 x = ld4(qg + (size_t)i * qld + cc, qn - cc);
-                rq[u][4 * r] = x.x, rq[u][4 * r + 1] = x.y, rq[u][4 * r + 2] = x.z, rq[u][4 * r + 3] = x.w;
-            }
-        } else {
-#pragma unroll
-            for (int r = 0; r < NQ; r++) {
-                const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-                rq[u][r] = cc < qn ? qg[(size_t)i * qld + cc] : 0.0f;
-            }
+        for (int r = 0; r < NQ / 4; r++) {
+            const int e = 4 * ((int)threadIdx.x + NT * r), i = e / BV, cc = e - i * BV;
+            const vf4 x = ld4(qg + (size_t)i * dv + cc, nv - cc);
+            rq[u][4 * r] = x.x, rq[u][4 * r + 1] = x.y, rq[u][4 * r + 2] = x.z, rq[u][4 * r + 3] = x.w;
         }
     };
     auto stash4 = [&](int s, int u) {
@@ -1447,20 +1433,12 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
             x.x = rp[u][4 * r], x.y = rp[u][4 * r + 1], x.z = rp[u][4 * r + 2], x.w = rp[u][4 * r + 3];
             *reinterpret_cast<vf4 *>(PB(s) + i * ld + k) = x;
         }
-        if constexpr (VQ) {
 #pragma unroll
-            for (int r = 0; r < NQ / 4; r++) {
-                const int e = 4 * ((int)threadIdx.x + NT * r), i = e / BV, cc = e - i * BV;
-                vf4 x;
-                x.x = rq[u][4 * r], x.y = rq[u][4 * r + 1], x.z = rq[u][4 * r + 2], x.w = rq[u][4 * r + 3];
-                *reinterpret_cast<vf4 *>(QB(s) + i * ldv + cc) = x;
-            }
-        } else {
-#pragma unroll
-            for (int r = 0; r < NQ; r++) {
-                const int e = threadIdx.x + NT * r, i = e / BV, cc = e - i * BV;
-                QB(s)[i * ldv + cc] = rq[u][r];
-            }
+        for (int r = 0; r < NQ / 4; r++) {
+            const int e = 4 * ((int)threadIdx.x + NT * r), i = e / BV, cc = e - i * BV;
+            vf4 x;
+            x.x = rq[u][4 * r], x.y = rq[u][4 * r + 1], x.z = rq[u][4 * r + 2], x.w = rq[u][4 * r + 3];
+            *reinterpret_cast<vf4 *>(QB(s) + i * ldv + cc) = x;
         }
     };
     /* X_j (in XB(s), written before the last barrier) to xst, whole rows of BV: columns < nv */
