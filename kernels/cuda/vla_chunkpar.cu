@@ -1346,7 +1346,8 @@ enum { W_PLAIN = 0, W_MAP = 1, W_SCAN = 2, W_LOCAL = 3 };
 #define VLA_WALK_DIAG 0
 #endif
 /* VLA_WALK_VEC (session 25): the plain walk's loads of P_j, Q_j and stores of X_j by 16 bytes at
- * dk = 64 (walk_kernel<64, BV, W_PLAIN>, see there); 0 (development): 4 bytes, as before. */
+ * dk = 64 on 32 columns (walk_kernel<64, 32, W_PLAIN>, see WVEC there); 0 (development): 4 bytes,
+ * as before. */
 #ifndef VLA_WALK_VEC
 #define VLA_WALK_VEC 1
 #endif
@@ -1394,9 +1395,9 @@ template <int DK, int BV, int MODE> __global__ void __launch_bounds__(NT, 2) wal
      * arrays lie on 16 bytes (vec), else by four (the mapping is the same either way, so the
      * registers are too); X_j is stored from XB(s) in whole rows, where the accumulator layout stored
      * half a 32-byte sector a lane. The same values land in the same places: the same bits (44 of 44
-     * files, session 25 run 3). At (8,16,64) the plain walk's steps took 3.7-3.8k cycles a block instead of 4.5-4.6k (T = 2048,
-     * 32 steps: 118-123k against 144-148k), and without X_j's stores 3.4k (VLA_WALK_DIAG=2, run 2): the
-     * accumulator-layout stores were a quarter of a step. Forward, gated, rounds 1 / 2: (8,16,64)
+     * files, session 25 run 3). At (8,16,64) the plain walk's steps took 3.7-3.8k cycles a block
+     * instead of 4.5-4.6k (T = 2048, 32 steps: 118-123k against 144-148k), and without X_j's stores
+     * 3.4k (VLA_WALK_DIAG=2, run 2): the accumulator-layout stores were a quarter of a step. Forward, gated, rounds 1 / 2: (8,16,64)
      * T = 2048 1.0404 / 1.0397 ms against 1.0566 / 1.0586, T = 32768 15.28 / 15.29 against 15.54 /
      * 15.54. The same form in walk_kernel<32, 32> (the segmented walk's first and last launches) made
      * (1,4,32) T = 8192 and 32768 2-3% slower (0.1128 / 0.1123 against 0.1092 / 0.1094 ms) and
