@@ -111,9 +111,20 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #if defined(VLA_CUDA_EMU) && VLA_INV16_WARPS > 2
 #error "the emulator has a barrier for the first 64 threads only: VLA_INV16_WARPS 1 or 2"
 #endif
+/* VLA_INV16_BLOCKBAR (session 26): with W > 1, every thread of the block calls inv16_warps and each
+ * step's barrier is __syncthreads() (the threads past the W warps only wait there), instead of the
+ * named barrier of the W warps alone. compute-sanitizer's racecheck (CUDA 13.0) reported the named
+ * form as hazards between a write by a thread < 32 W before the __syncthreads() that follows the
+ * inversion and a read by a thread >= 32 W after it (dprod's X = M11^{-1} M12, then S = M22 - M12^T X),
+ * accesses that barrier orders (benchmarks/results/2026-12-02-h200-session26). */
+#ifndef VLA_INV16_BLOCKBAR
+#define VLA_INV16_BLOCKBAR 0
+#endif
 template <int W> __device__ __forceinline__ void bar_warps() {
     if constexpr (W == 1) {
         __syncwarp();
+    } else if constexpr (VLA_INV16_BLOCKBAR != 0) {
+        __syncthreads();
     } else {
 #ifdef VLA_CUDA_EMU
         static_assert(W == 2, "the emulator's named barrier: threads 0..63");
@@ -127,16 +138,18 @@ template <int W> __device__ __noinline__ void inv16_warps(double *B, int ld, dou
     constexpr int CW = 8 / W, kUnroll = VLA_INV16_UNROLL;
     (void)kUnroll; /* (read by the pragma below only) */
     const int t = (int)threadIdx.x, r = t & 15, c0 = CW * (((t & 31) >> 4) + 2 * (t >> 5));
+    const bool on = W == 1 || !VLA_INV16_BLOCKBAR || t < 32 * W; /* (VLA_INV16_BLOCKBAR: every thread calls) */
     double m[CW];
 #pragma unroll
-    for (int j = 0; j < CW; j++) m[j] = B[r * ld + c0 + j];
+    for (int j = 0; j < CW; j++) m[j] = on ? B[r * ld + c0 + j] : 0.0;
 #pragma unroll kUnroll
     for (int k = 0; k < 16; k++) {
         double *row = buf + (k & 1) * 16;
-        if (r == k)
+        if (on && r == k)
 #pragma unroll
             for (int j = 0; j < CW; j++) row[c0 + j] = m[j];
         bar_warps<W>();
+        if (!on) continue;
         const double rp = vla_drcp(row[k]);
         const double pcol = r > k ? row[r] : -row[r]; /* M[r][k] (unused where r == k) */
         double prow[CW];
@@ -150,8 +163,9 @@ template <int W> __device__ __noinline__ void inv16_warps(double *B, int ld, dou
         }
     }
     bar_warps<W>();
+    if (on)
 #pragma unroll
-    for (int j = 0; j < CW; j++) B[r * ld + c0 + j] = m[j];
+        for (int j = 0; j < CW; j++) B[r * ld + c0 + j] = m[j];
     bar_warps<W>();
 }
 
@@ -222,7 +236,7 @@ template <int H> __device__ __forceinline__ double inv_top_left(const double *M,
 /* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
 template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
     if constexpr (N == 16) {
-        if (threadIdx.x < 32 * VLA_INV16_WARPS) inv16_warps<VLA_INV16_WARPS>(M, ld, X); /* X: 32 doubles here */
+        if (VLA_INV16_BLOCKBAR || threadIdx.x < 32 * VLA_INV16_WARPS) inv16_warps<VLA_INV16_WARPS>(M, ld, X); /* X: 32 doubles here */
         __syncthreads();
     } else {
         constexpr int H = N / 2;
