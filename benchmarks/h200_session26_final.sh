@@ -11,7 +11,12 @@
 #     case one algorithm at a time, synccheck over every case (the summary lines; the logs, compressed,
 #     in logs.tar.gz);
 #  5. the sm_75 code as a compute_75 JIT build (benchmarks/h200_ptx75.sh: test_cuda and vla-check),
-#     built while the sanitizers run (after the timings, so that the build does not load the host).
+#     built while the sanitizers run (after the timings, so that the build does not load the host);
+#  6. (run 4 on, when the run is under 420 s by then) two other forms of the 16 x 16 inversion's barrier,
+#     sm_90 builds made beside step 4: named (-DVLA_INV16_BLOCKBAR=0, session 24's) and w8
+#     (-DVLA_INV16_WARPS=8: eight warps, one entry a thread, __syncthreads a step); racecheck over
+#     vla-check's VLA chunked cases for each, and two gated rounds of the VLA rows for them and the
+#     fat build (as landed).
 # Every stage has a time limit; summary.txt is written as it goes, so a cut run still says how far it got.
 # Usage on the device: OUT=... bash benchmarks/h200_session26_final.sh
 H200_SCRATCH=/tmp/s26final
@@ -45,6 +50,13 @@ tar -C "$W" -czf "$OUT/vla-bench.tar.gz" vla-bench-cuda.md vla-bench-cuda.csv vl
 # 5 (its build) beside 4
 OUT=$W/ptx75 bash "$ROOT/benchmarks/h200_ptx75.sh" > "$W/ptx75.out" 2>&1 &
 ptx=$!
+# 6 (its builds) beside 4
+declare -A XF=([named]="-DVLA_INV16_BLOCKBAR=0" [w8]="-DVLA_INV16_WARPS=8")
+for t in named w8; do
+  { cmake -S . -B "$ROOT/build-s26-$t" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DVLA_OPENCL=OFF \
+      -DCMAKE_CUDA_FLAGS="${XF[$t]}" && cmake --build "$ROOT/build-s26-$t" -j4 --target vla-check bench_cuda_targets; } \
+    > "$W/build-$t.log" 2>&1 &
+done
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 san() { # tool, label, time limit, vla-check arguments...
   local tool=$1 label=$2 lim=$3
@@ -60,6 +72,25 @@ san() { # tool, label, time limit, vla-check arguments...
 } 2>&1
 wait $ptx
 log "compute_75 JIT: $(grep -h 'exit' "$W/ptx75.out" | tr '\n' ' ')"
+wait
+if (( SECONDS - START < 420 )); then
+  for t in named w8; do
+    [ -x "$ROOT/build-s26-$t/tools/vla-check" ] || { log "$t: build failed"; continue; }
+    timeout 60 "$CS" --tool racecheck "$ROOT/build-s26-$t/tools/vla-check" --backend cuda --mechanism vla --algo chunked \
+      > "$W/san-racecheck-$t.log" 2>&1
+    log "racecheck ($t, vla chunked) exit $?: $(grep -E 'RACECHECK SUMMARY' "$W/san-racecheck-$t.log" | tail -n 1 | tr -s ' =') | $(grep -E 'passed' "$W/san-racecheck-$t.log" | tail -n 1)"
+  done
+  for round in 1 2; do
+    for t in fat named w8; do
+      b=$(find "$ROOT/build-s26$([ $t = fat ] || echo "-$t")/" -name bench_cuda_targets -type f | head -1)
+      [ -n "$b" ] || continue
+      log "gated round $round $t: $(timeout 100 "$b" --no-limits --gate 3000 --only vla-chunked "${shapes[@]}" 2>&1 >/dev/null |
+        grep -E ' ms \(' | awk '{printf "%s %s %s | ", $1, $2, $(NF-3)}')"
+    done
+  done
+else
+  log "step 6 left out: $((SECONDS - START)) s by then"
+fi
 xz -9 "$W"/san-*.log 2>/dev/null
 tar -C "$W" -czf "$OUT/logs.tar.gz" --exclude=vla-bench-cuda.* --exclude=bench_cuda.json --exclude=sdpa.json . 2>/dev/null
 grep -E "^\| \(|^\| decode" "$OUT/bench_cuda.md" | cut -d'|' -f2-8 | head -40

@@ -99,7 +99,8 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #endif
 /* W warps (VLA_INV16_WARPS, default 2 since session 24; 1 is session 11's form): 8 / W entries a
  * thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), and with W > 1 a 32 W-thread
- * named barrier (bar.sync 1) a step where one warp takes a __syncwarp: fewer double operations and
+ * barrier a step (the W warps' named barrier until session 26, now __syncthreads(): VLA_INV16_BLOCKBAR
+ * below) where one warp takes a __syncwarp: fewer double operations and
  * selects a thread a step, for a barrier that costs more. The same sums, so the same bits. Session 24
  * run 5 (benchmarks/results/2026-12-02-h200-session24): blocked_inverse at N = 32 12.7k cycles a
  * block against 13.5k with one warp (N = 64: 39.8k against 41.3k; four warps 13.8k, 40.5k; at three
@@ -111,14 +112,18 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #if defined(VLA_CUDA_EMU) && VLA_INV16_WARPS > 2
 #error "the emulator has a barrier for the first 64 threads only: VLA_INV16_WARPS 1 or 2"
 #endif
-/* VLA_INV16_BLOCKBAR (session 26): with W > 1, every thread of the block calls inv16_warps and each
- * step's barrier is __syncthreads() (the threads past the W warps only wait there), instead of the
- * named barrier of the W warps alone. compute-sanitizer's racecheck (CUDA 13.0) reported the named
- * form as hazards between a write by a thread < 32 W before the __syncthreads() that follows the
- * inversion and a read by a thread >= 32 W after it (dprod's X = M11^{-1} M12, then S = M22 - M12^T X),
- * accesses that barrier orders (benchmarks/results/2026-12-02-h200-session26). */
+/* VLA_INV16_BLOCKBAR (session 26, default 1): with W > 1 every thread of the block calls inv16_warps
+ * and each step's barrier is __syncthreads() (the threads past the W warps only wait there). 0 is
+ * session 24's form, the named barrier of the W warps alone (bar.sync 1, 32 W). compute-sanitizer's
+ * racecheck (CUDA 13.0) reported that form: 188 hazards over vla-check --mechanism vla --algo chunked,
+ * each a write by a thread < 32 W and a read by a thread >= 32 W on the two sides of a __syncthreads()
+ * after the inversion (dprod's X = M11^{-1} M12, then S = M22 - M12^T X), which that barrier orders.
+ * With __syncthreads() here (or one warp, W = 1) racecheck reports none, and vla-check prints the
+ * same errors to the last digit. H200, gated, three rounds (benchmarks/results/2026-12-02-h200-session26,
+ * run 3): (1,4,32) T = 2048 0.0507 ms against 0.0498-0.0501 with the named barrier, the other target
+ * rows level (T = 131072 1.201-1.203 against 1.204-1.213). So the form the sanitizer can check. */
 #ifndef VLA_INV16_BLOCKBAR
-#define VLA_INV16_BLOCKBAR 0
+#define VLA_INV16_BLOCKBAR 1
 #endif
 template <int W> __device__ __forceinline__ void bar_warps() {
     if constexpr (W == 1) {
