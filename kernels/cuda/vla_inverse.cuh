@@ -98,9 +98,9 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #define VLA_INV16_UNROLL 8
 #endif
 /* W warps (VLA_INV16_WARPS, default 2 since session 24; 1 is session 11's form): 8 / W entries a
- * thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), and with W > 1 a 32 W-thread
- * barrier a step (the W warps' named barrier until session 26, now __syncthreads(): VLA_INV16_BLOCKBAR
- * below) where one warp takes a __syncwarp: fewer double operations and
+ * thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), and with W > 1 a barrier
+ * a step (until session 26 the W warps' named barrier, now __syncthreads(): VLA_INV16_BLOCKBAR below)
+ * where one warp takes a __syncwarp: fewer double operations and
  * selects a thread a step, for a barrier that costs more. The same sums, so the same bits. Session 24
  * run 5 (benchmarks/results/2026-12-02-h200-session24): blocked_inverse at N = 32 12.7k cycles a
  * block against 13.5k with one warp (N = 64: 39.8k against 41.3k; four warps 13.8k, 40.5k; at three
@@ -147,7 +147,7 @@ template <int W> __device__ __noinline__ void inv16_warps(double *B, int ld, dou
     constexpr int CW = 8 / W, kUnroll = VLA_INV16_UNROLL;
     (void)kUnroll; /* (read by the pragma below only) */
     const int t = (int)threadIdx.x, r = t & 15, c0 = CW * (((t & 31) >> 4) + 2 * (t >> 5));
-    const bool on = W == 1 || !VLA_INV16_BLOCKBAR || t < 32 * W; /* (VLA_INV16_BLOCKBAR: every thread calls) */
+    const bool on = !(VLA_INV16_BLOCKBAR && W > 1) || t < 32 * W; /* (then every thread of the block calls) */
     double m[CW];
 #pragma unroll
     for (int j = 0; j < CW; j++) m[j] = on ? B[r * ld + c0 + j] : 0.0;
@@ -245,7 +245,8 @@ template <int H> __device__ __forceinline__ double inv_top_left(const double *M,
 /* In place: M (N x N, ld) <- M^{-1}, N = 16 (one warp) or 2^k 16 (blocked). Ends with a barrier. */
 template <int N> __device__ void spd_inv_inplace(double *M, int ld, double *X) {
     if constexpr (N == 16) {
-        if (VLA_INV16_BLOCKBAR || threadIdx.x < 32 * VLA_INV16_WARPS) inv16_warps<VLA_INV16_WARPS>(M, ld, X); /* X: 32 doubles here */
+        if ((VLA_INV16_BLOCKBAR && VLA_INV16_WARPS > 1) || threadIdx.x < 32 * VLA_INV16_WARPS)
+            inv16_warps<VLA_INV16_WARPS>(M, ld, X); /* X: 32 doubles here */
         __syncthreads();
     } else {
         constexpr int H = N / 2;
