@@ -32,6 +32,10 @@ typedef struct vla_backend_iface {
     /* The op, on validated arguments, with d->algorithm already resolved (never AUTO), and
      * d->u_scale and d->scale resolved to their numeric values. */
     vla_status (*attention_forward)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
+    /* Optional: the backward op, validated and resolved as the forward (d->algorithm is SEQUENTIAL
+     * or CHUNKED, or FUSED for softmax). NULL: VLA_ERR_UNSUPPORTED. */
+    vla_status (*attention_backward)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
+                                     const vla_attn_grads *g);
 
     void (*close)(vla_backend *b);
 } vla_backend_iface;

@@ -56,7 +56,7 @@
 #define BENCH_COMPILER "unknown compiler"
 #endif
 
-#define EXIT_RUN 1
+#define EXIT_FAILED 1
 #define EXIT_USAGE 2
 
 /* The paper's numbers (T4 GPU, Triton): printed beside ours. */
@@ -367,14 +367,14 @@ static int parse_args(int argc, char **argv, opts *o) {
     if (!o->T.n) {
         /* 128 .. 16384 in powers of two; 4096 (the paper's ratio point) is one of them. */
         o->T.v = malloc(8 * sizeof(int));
-        if (!o->T.v) return fail(EXIT_RUN, "out of memory");
+        if (!o->T.v) return fail(EXIT_FAILED, "out of memory");
         for (int t = 128; t <= 16384; t *= 2) o->T.v[o->T.n++] = t;
     }
     sort_unique(&o->T);
     /* Defaults: the paper's heads (H = 4, d_h = 32), one sequence. */
     if ((!o->B.n && parse_int_list("-B", "1", 1, &o->B)) || (!o->H.n && parse_int_list("-H", "4", 4, &o->H)) ||
         (!o->d.n && parse_int_list("-d", "32", 32, &o->d)))
-        return EXIT_RUN;
+        return EXIT_FAILED;
     return 0;
 }
 
@@ -753,8 +753,8 @@ static void run_T(bench *x, int sh, int T, const int *todo, series_state *st) {
         if (!todo[si]) continue;
         point *p = new_point(x, sh, si, T);
         if (!p) {
-            fail(EXIT_RUN, "out of host memory for the results");
-            exit(EXIT_RUN);
+            fail(EXIT_FAILED, "out of host memory for the results");
+            exit(EXIT_FAILED);
         }
         const double left = budget_left(x);
         if (st[si].dead) {
@@ -1295,7 +1295,7 @@ int main(int argc, char **argv) {
     x.shapes = calloc((size_t)x.nshapes, sizeof *x.shapes);
     if (!x.shapes) {
         free_opts(&x.o);
-        return fail(EXIT_RUN, "out of host memory");
+        return fail(EXIT_FAILED, "out of host memory");
     }
     int k = 0;
     for (int i = 0; i < x.o.B.n; i++)
@@ -1306,7 +1306,7 @@ int main(int argc, char **argv) {
     if (s != VLA_OK) {
         free(x.shapes);
         free_opts(&x.o);
-        return fail(EXIT_RUN, "--backend %s: %s", x.o.backend, vla_last_message());
+        return fail(EXIT_FAILED, "--backend %s: %s", x.o.backend, vla_last_message());
     }
     if (x.o.threads) vla_backend_set_threads(x.b, x.o.threads);
     x.timer = lib_timer();
@@ -1351,13 +1351,13 @@ int main(int argc, char **argv) {
             snprintf(path, sizeof path, "%s.%s", x.o.save, ext[i]);
             FILE *f = fopen(path, "w");
             if (!f) {
-                save_failed = fail(EXIT_RUN, "--save: cannot write '%s': %s", path, strerror(errno));
+                save_failed = fail(EXIT_FAILED, "--save: cannot write '%s': %s", path, strerror(errno));
                 break;
             }
             if (i == 0) print_md(&x, f);
             else if (i == 1) print_csv(&x, f);
             else print_json(&x, f);
-            if (fclose(f) != 0) save_failed = fail(EXIT_RUN, "--save: error writing '%s'", path);
+            if (fclose(f) != 0) save_failed = fail(EXIT_FAILED, "--save: error writing '%s'", path);
         }
     }
     for (int i = 0; i < x.npts; i++) free(x.pts[i].samples);
@@ -1366,6 +1366,6 @@ int main(int argc, char **argv) {
     free_opts(&x.o);
     vla_backend_close(x.b);
     if (save_failed) return save_failed;
-    if (!measured) return fail(EXIT_RUN, "no point could be measured (see the notes)");
+    if (!measured) return fail(EXIT_FAILED, "no point could be measured (see the notes)");
     return 0;
 }

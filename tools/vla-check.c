@@ -1,7 +1,7 @@
 /* vla-check: runs every mechanism x algorithm of libvla on every backend/device this machine
  * has, against the independent float64 reference (tests/ref64.c), on seeded random inputs.
  *
- *   vla-check [--backend NAME] [--mechanism M] [--algo A] [--case TEXT] [--seed N] [--list] [--help]
+ *   vla-check [--backend NAME] [--mechanism M] [--algo A] [--case TEXT] [--seed N] [--list] [--hash]
  *   vla-check --gen-npy DIR --shape B,T,H,dk,dv [--seed N]    (inputs for test_cross_backend.sh)
  *
  * Cases: a fixed list of edge shapes (T = 1, dk != dv both ways, T not a multiple of the chunk,
@@ -42,7 +42,7 @@
 #define TOL 1e-5
 #define TOL_SMALL_LAMBDA 1e-4
 /* A device without fp64 runs VLA's A recurrence in float (the sequential one of sequential and
- * scan; since session 12 also the chunked A part of chunked and two-level, double elsewhere),
+ * scan, and the chunked A part of chunked and two-level; double elsewhere),
  * which drifts: 1.2e-4 measured at lambda0 = 1e-3, T = 90 on PoCL with VLA_OPENCL_NO_FP64=1, and
  * 0.66e-4 to 0.94e-4 for the chunked forms over 8 seeds (the default-lambda0 cases stay under
  * 1e-5 at these T). Such a backend says "no fp64" or "fp64 off" in its device description; its
@@ -365,8 +365,17 @@ typedef struct result {
     double err_o, err_S, err_A, err_n; /* -1: not applicable */
     double tol;
     int ok;
+    uint64_t hash; /* FNV-1a over the bytes of o and every final state, in that order */
     char note[256];
 } result;
+
+/* FNV-1a, 64 bit: --hash prints it per case so that two builds can be compared bit for bit. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+#define FNV_OFFSET 0xcbf29ce484222325ULL
 
 static void note(result *r, const char *fmt, const char *what) {
     size_t len = strlen(r->note);
@@ -512,18 +521,22 @@ static void run_case(const check_case *c, const case_data *cd, vla_backend *be, 
     } else {
         int nf = 0;
         r->err_o = relerr(o, cd->o, (size_t)B * T * H * dv, &nf);
+        r->hash = fnv1a(FNV_OFFSET, o, sizeof(float) * (size_t)B * T * H * dv);
         float *x = xmalloc(sizeof(float) * (nS > nA ? nS : nA));
         if (Sb) {
             guard_bad |= fetch_guarded(Sb, nS * 4, x);
             r->err_S = relerr(x, cd->S, nS, &nf);
+            r->hash = fnv1a(r->hash, x, nS * 4);
         }
         if (Ab) {
             guard_bad |= fetch_guarded(Ab, nA * 4, x);
             r->err_A = relerr(x, cd->A, nA, &nf);
+            r->hash = fnv1a(r->hash, x, nA * 4);
         }
         if (nb) {
             guard_bad |= fetch_guarded(nb, nn * 4, x);
             r->err_n = relerr(x, cd->n, nn, &nf);
+            r->hash = fnv1a(r->hash, x, nn * 4);
         }
         free(x);
         input_changed |= !unchanged(S_in, cd->S0, nS) || !unchanged(A_in, cd->A0, nA) || !unchanged(n_in, cd->n0, nn);
@@ -629,6 +642,8 @@ static void usage(FILE *f) {
             "  --case TEXT         only cases whose name contains TEXT\n"
             "  --seed N            seed of the random cases and inputs (default: 1)\n"
             "  --list              print the cases and exit without running them\n"
+            "  --hash              add a column with a 64-bit hash of each case's outputs and final\n"
+            "                      states (to compare two builds bit for bit)\n"
             "  --gen-npy DIR       write random q,k,v,u,beta,g .npy inputs into DIR and exit\n"
             "  --shape B,T,H,dk,dv shape for --gen-npy (default: 2,45,3,16,24)\n"
             "  --help              print this help and exit\n\n"
@@ -646,7 +661,7 @@ int main(int argc, char **argv) {
     const char *case_filter = NULL;
     const char *backend = NULL, *mech_name = NULL, *algo_name = NULL, *gen_dir = NULL, *shape = "2,45,3,16,24";
     uint64_t seed = 1;
-    int list = 0;
+    int list = 0, hash = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -655,6 +670,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--list") == 0) {
             list = 1;
+        } else if (strcmp(a, "--hash") == 0) {
+            hash = 1;
         } else if (!strcmp(a, "--backend") || !strcmp(a, "--mechanism") || !strcmp(a, "--algo") ||
                    !strcmp(a, "--seed") || !strcmp(a, "--gen-npy") || !strcmp(a, "--shape") || !strcmp(a, "--case")) {
             if (!val) {
@@ -772,8 +789,10 @@ int main(int argc, char **argv) {
                 if (e4[k] > mx || isnan(e4[k])) mx = e4[k];
             err_str(mx, em, sizeof em), err_str(r.err_o, eo, sizeof eo), err_str(r.err_S, eS, sizeof eS);
             err_str(r.err_A, eA, sizeof eA), err_str(r.err_n, en, sizeof en);
-            printf("%-30s %-12s %-10s %-16s %-9s %-7.0e %-4s  %-9s %-9s %-9s %-9s %s\n", cases[i].name, names[j],
-                   vla_algorithm_name(cases[i].algo), sh, em, r.tol, r.ok ? "ok" : "FAIL", eo, eS, eA, en, r.note);
+            char hs[24] = "";
+            if (hash) snprintf(hs, sizeof hs, "%016llx ", (unsigned long long)r.hash);
+            printf("%-30s %-12s %-10s %-16s %-9s %-7.0e %-4s  %-9s %-9s %-9s %-9s %s%s\n", cases[i].name, names[j],
+                   vla_algorithm_name(cases[i].algo), sh, em, r.tol, r.ok ? "ok" : "FAIL", eo, eS, eA, en, hs, r.note);
             if (r.ok) passed++;
             else failed++;
         }

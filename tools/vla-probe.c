@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_RUN 1   /* the library or the machine failed */
+#define EXIT_FAILED 1   /* the library or the machine failed */
 #define EXIT_USAGE 2 /* bad command line */
 #define MAX_LIST 16
 
@@ -47,7 +47,7 @@ static int lib_fail(const char *what, vla_status st) {
     const char *m = vla_last_message(), *colon = m ? strstr(m, ": ") : NULL;
     if (!m || !m[0]) m = vla_status_string(st);
     else if (!strncmp(m, "vla_", 4) && colon && !memchr(m, ' ', (size_t)(colon - m))) m = colon + 2;
-    return fail(EXIT_RUN, "%s: %s", what, m);
+    return fail(EXIT_FAILED, "%s: %s", what, m);
 }
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -356,7 +356,7 @@ static int states_seed(const opts *o, vla_backend *be, const vla_attn_desc *desc
     int d = o->dim[0], T = o->T, rc = 0;
     size_t n = (size_t)T * d;
     float *x = malloc(4 * n * sizeof *x);
-    if (!x) return fail(EXIT_RUN, "out of memory");
+    if (!x) return fail(EXIT_FAILED, "out of memory");
     pm_rng r;
     pm_seed(&r, o->seed[si]);
     pm_randn(&r, x, (o->u_random ? 4 : 3) * n); /* q, k, v, then u */
@@ -453,7 +453,7 @@ static int run_states(const opts *o, vla_backend *be) {
     size_t n = (size_t)o->nseed * sd.np;
     for (int m = 0; m < NMECH; m++) sd.S[m] = malloc(n * sizeof(double));
     sd.A = malloc(n * sizeof(double));
-    if (!sd.S[0] || !sd.S[1] || !sd.S[2] || !sd.A) rc = fail(EXIT_RUN, "out of memory");
+    if (!sd.S[0] || !sd.S[1] || !sd.S[2] || !sd.A) rc = fail(EXIT_FAILED, "out of memory");
     for (int i = 0; i < o->nseed && !rc; i++) rc = states_seed(o, be, desc, i, &sd);
     if (!rc && o->csv) states_csv(o, &sd);
     if (!rc && !o->csv) {
@@ -534,7 +534,7 @@ static int jac_seed(const opts *o, vla_backend *be, const vla_attn_desc *desc, i
     double *K = malloc(3 * n * sizeof *K), *W = K ? K + n : NULL, *L = K ? K + 2 * n : NULL;
     if (!x || !K) {
         free(x), free(K);
-        return fail(EXIT_RUN, "out of memory");
+        return fail(EXIT_FAILED, "out of memory");
     }
     pm_rng r;
     pm_seed(&r, o->seed[si]);
@@ -543,7 +543,7 @@ static int jac_seed(const opts *o, vla_backend *be, const vla_attn_desc *desc, i
     pm_vla p;
     pm_vla_from_desc(&p, desc, d);
     p.unnormalised = unnorm;
-    if (pm_vla_write_vectors(&p, x, U, T, d, K, W)) rc = fail(EXIT_RUN, "out of memory");
+    if (pm_vla_write_vectors(&p, x, U, T, d, K, W)) rc = fail(EXIT_FAILED, "out of memory");
     double cd = 0;
     if (!rc) pm_jacobian_norms(K, W, T, d, o->window, !unnorm, acc->step + acc->nstep, acc->win + acc->nwin, &cd);
     acc->nstep += T, acc->nwin += T / o->window;
@@ -566,7 +566,7 @@ static int jac_measure(const opts *o, vla_backend *be, const vla_attn_desc *desc
     acc.step = malloc((size_t)o->nseed * o->T * sizeof(double));
     acc.win = malloc(((size_t)o->nseed * nw + 1) * sizeof(double));
     acc.st.lib_diff = NAN;
-    if (!acc.step || !acc.win) rc = fail(EXIT_RUN, "out of memory");
+    if (!acc.step || !acc.win) rc = fail(EXIT_FAILED, "out of memory");
     for (int i = 0; i < o->nseed && !rc; i++) rc = jac_seed(o, be, desc, d, unnorm, i, &acc);
     if (!rc) {
         acc.st.step_max = pm_max(acc.step, acc.nstep);
@@ -698,7 +698,7 @@ static int cap_draw(const opts *o, int si, cap_inputs *in) {
     int d = o->dim[0];
     size_t n = (size_t)o->nmax * d;
     in->K = malloc(n * sizeof(float)), in->V = malloc(n * sizeof(float)), in->U = malloc(n * sizeof(float));
-    if (!in->K || !in->V || !in->U) return fail(EXIT_RUN, "out of memory");
+    if (!in->K || !in->V || !in->U) return fail(EXIT_FAILED, "out of memory");
     pm_rng r;
     pm_seed(&r, o->seed[si]);
     pm_make_keys(&r, o->nmax, d, o->orthonormal, in->K);
@@ -787,7 +787,7 @@ static int run_capacity(const opts *o, vla_backend *be) {
     int rc = 0;
     for (int m = 0; m < NMECH && !rc; m++) rc = make_desc(o, mechs[m], &desc[m]);
     pm_recall_stats *res = rc ? NULL : malloc((size_t)o->nmax * NMECH * sizeof *res);
-    if (!rc && !res) rc = fail(EXIT_RUN, "out of memory");
+    if (!rc && !res) rc = fail(EXIT_FAILED, "out of memory");
     if (!rc) rc = cap_measure(o, be, desc, res);
     if (!rc && o->csv) cap_csv(o, desc, res);
     if (!rc && !o->csv) {

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#define EXIT_RUN 1   /* bad input, or the op failed */
+#define EXIT_FAILED 1   /* bad input, or the op failed */
 #define EXIT_USAGE 2 /* bad command line */
 
 /* The one line a failure prints: "vla-run: <what>: <msg>", or "vla-run: <msg>" when the
@@ -237,7 +237,7 @@ static int desc_names(const opts *o, vla_attn_desc *d) {
     vla_mechanism m = VLA_MECH_VLA; /* the paper preset's mechanism when none is named */
     if (o->mechanism && vla_mechanism_from_name(o->mechanism, &m) != VLA_OK)
         return lib_fail(EXIT_USAGE, "--mechanism", vla_last_message());
-    if (vla_attn_desc_init(d, m) != VLA_OK) return lib_fail(EXIT_RUN, "--mechanism", vla_last_message());
+    if (vla_attn_desc_init(d, m) != VLA_OK) return lib_fail(EXIT_FAILED, "--mechanism", vla_last_message());
     if (o->preset && vla_attn_desc_preset(d, o->preset) != VLA_OK)
         return lib_fail(EXIT_USAGE, "--preset", vla_last_message());
     if (o->mechanism) d->mechanism = m; /* explicit beats the preset */
@@ -329,7 +329,7 @@ static int check_shape(const tensor *t, const char *why) {
     char got[160], want[160];
     fmt_shape(got, sizeof got, t->a.ndim, t->a.shape);
     fmt_shape(want, sizeof want, t->ndim, t->shape);
-    return fail(EXIT_RUN, t->path, "shape %s, expected %s (%s)", got, want, why);
+    return fail(EXIT_FAILED, t->path, "shape %s, expected %s (%s)", got, want, why);
 }
 
 /* q [B,T,H,dk] and v [B,T,H,dv] fix every dimension. Each must be >= 1 and fit an int, and
@@ -345,7 +345,7 @@ static int take_dims(run *r) {
         ok = ok && tt[j]->a.shape[3] <= 256;
         fmt_shape(got, sizeof got, tt[j]->a.ndim, tt[j]->a.shape);
         if (!ok)
-            return fail(EXIT_RUN, tt[j]->path, "shape %s: expected [B,T,H,%s], B,T,H >= 1, %s in 1..256", got,
+            return fail(EXIT_FAILED, tt[j]->path, "shape %s: expected [B,T,H,%s], B,T,H >= 1, %s in 1..256", got,
                         j ? "dv" : "dk", j ? "dv" : "dk");
     }
     r->B = q->a.shape[0], r->T = q->a.shape[1], r->H = q->a.shape[2], r->dk = q->a.shape[3];
@@ -381,7 +381,7 @@ static int load_inputs(run *r) {
     for (int j = 0; j < T_O; j++) {
         tensor *t = &r->t[order[j]];
         if (!t->path) continue;
-        if (npy_read_f32(t->path, &t->a, err, sizeof err)) return fail(EXIT_RUN, NULL, "%s", err); /* "file: why" */
+        if (npy_read_f32(t->path, &t->a, err, sizeof err)) return fail(EXIT_FAILED, NULL, "%s", err); /* "file: why" */
         if (order[j] == T_V) {
             int rc = take_dims(r);
             if (rc) return rc;
@@ -405,9 +405,9 @@ static int64_t count_of(const tensor *t) {
 
 static int open_backend(run *r) {
     const char *name = r->o.backend ? r->o.backend : "cpu";
-    if (vla_backend_open(name, &r->b) != VLA_OK) return lib_fail(EXIT_RUN, "--backend", vla_last_message());
+    if (vla_backend_open(name, &r->b) != VLA_OK) return lib_fail(EXIT_FAILED, "--backend", vla_last_message());
     if (is_set(&r->o, OFF(threads)) && vla_backend_set_threads(r->b, r->o.threads) != VLA_OK)
-        return lib_fail(EXIT_RUN, "--threads", vla_backend_message(r->b));
+        return lib_fail(EXIT_FAILED, "--threads", vla_backend_message(r->b));
     return 0;
 }
 
@@ -418,9 +418,9 @@ static int alloc_upload(run *r) {
         if (!t->path) continue;
         size_t bytes = (size_t)count_of(t) * sizeof(float);
         if (vla_buffer_alloc(r->b, bytes, &t->buf) != VLA_OK)
-            return lib_fail(EXIT_RUN, t->flag, vla_backend_message(r->b));
+            return lib_fail(EXIT_FAILED, t->flag, vla_backend_message(r->b));
         if (i < FIRST_OUT && vla_buffer_upload(t->buf, 0, t->a.f32, bytes) != VLA_OK)
-            return lib_fail(EXIT_RUN, t->flag, vla_backend_message(r->b));
+            return lib_fail(EXIT_FAILED, t->flag, vla_backend_message(r->b));
     }
     return 0;
 }
@@ -447,10 +447,10 @@ static int forward(run *r) {
     fill_args(r, &a);
     /* resolve first: it validates like forward does, and names the algorithm AUTO picks */
     if (vla_attention_resolve_algorithm(r->b, &r->d, &a, &r->algo) != VLA_OK)
-        return lib_fail(EXIT_RUN, "vla_attention_forward", vla_backend_message(r->b));
+        return lib_fail(EXIT_FAILED, "vla_attention_forward", vla_backend_message(r->b));
     double t = now_ms();
     if (vla_attention_forward(r->b, &r->d, &a) != VLA_OK || vla_backend_synchronize(r->b) != VLA_OK)
-        return lib_fail(EXIT_RUN, "vla_attention_forward", vla_backend_message(r->b));
+        return lib_fail(EXIT_FAILED, "vla_attention_forward", vla_backend_message(r->b));
     r->ms = now_ms() - t;
     return 0;
 }
@@ -461,9 +461,9 @@ static int download(run *r) {
         if (!t->path) continue;
         size_t n = (size_t)count_of(t);
         t->a.f32 = malloc(n * sizeof(float));
-        if (!t->a.f32) return fail(EXIT_RUN, t->flag, "out of host memory for %zu floats", n);
+        if (!t->a.f32) return fail(EXIT_FAILED, t->flag, "out of host memory for %zu floats", n);
         if (vla_buffer_download(t->buf, 0, t->a.f32, n * sizeof(float)) != VLA_OK)
-            return lib_fail(EXIT_RUN, t->flag, vla_backend_message(r->b));
+            return lib_fail(EXIT_FAILED, t->flag, vla_backend_message(r->b));
     }
     return 0;
 }
@@ -478,7 +478,7 @@ static int write_outputs(run *r) {
         if (!t->path) continue;
         if (npy_write_f32(t->path, t->a.f32, t->ndim, t->shape, err, sizeof err)) {
             while (nw > 0) remove(written[--nw]);
-            return fail(EXIT_RUN, NULL, "%s", err); /* "file: why" */
+            return fail(EXIT_FAILED, NULL, "%s", err); /* "file: why" */
         }
         written[nw++] = t->path;
     }
@@ -531,13 +531,13 @@ static int run_op(run *r) {
 
 static int list_devices(void) {
     int n = 0;
-    if (vla_list_devices(NULL, 0, &n) != VLA_OK) return fail(EXIT_RUN, "--list-devices", "%s", vla_last_message());
+    if (vla_list_devices(NULL, 0, &n) != VLA_OK) return fail(EXIT_FAILED, "--list-devices", "%s", vla_last_message());
     vla_device_info *info = calloc(n > 0 ? (size_t)n : 1, sizeof *info);
-    if (!info) return fail(EXIT_RUN, "--list-devices", "out of memory");
+    if (!info) return fail(EXIT_FAILED, "--list-devices", "out of memory");
     int m = 0;
     if (vla_list_devices(info, n, &m) != VLA_OK) {
         free(info);
-        return fail(EXIT_RUN, "--list-devices", "%s", vla_last_message());
+        return fail(EXIT_FAILED, "--list-devices", "%s", vla_last_message());
     }
     for (int i = 0; i < n && i < m; i++)
         printf("%-16s %s%s\n", info[i].name, info[i].description, info[i].is_gpu ? " (gpu)" : "");

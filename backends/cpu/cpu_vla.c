@@ -21,7 +21,7 @@ static int is_refresh(const cpu_head *h, const cpu_params *p, int t) {
  * A is kept in double here: in float32 the rank-1 downdates drift (relative error of o about
  * 1e-5 at T = 4096 and 4e-5 at T = 8192, d = 32..64, growing with T). Double costs little beside
  * the S update and keeps the sequential form the reference it should be (the chunked forms' A
- * part is double too, since session 12: see a_part). z [dk] is work. */
+ * part is double too: see a_part). z [dk] is work. */
 static void a_step(double *A, const float *u, const float *k, int refresh, double rho, double eps, int dk,
                    double *z, float *a) {
     double uz = 0.0;
@@ -111,7 +111,7 @@ static int chunk_end(const cpu_head *h, const cpu_params *p, int ts) {
 /* Doubles a_part needs besides A: z [dk], G and M [C, C], U, K, Z and KA [C, dk]. The A part
  * runs in double on the CPU: in float32 (sgemm, a float Cholesky and solve, A rounded every chunk)
  * the chunked and two-level outputs sat at 0.75e-4 to 1.03e-4 of the float64 reference at
- * lambda0 = 1e-3 (vla-check's lambda1e-3 case, 8 seeds, session 12; 1.03e-4 failed CI's 1e-4),
+ * lambda0 = 1e-3 (vla-check's lambda1e-3 case, 8 seeds; 1.03e-4 failed CI's 1e-4),
  * where VLA-MATH 3 expects about 1e-4: A_0 = 1000 I makes the downdates A0 - Z^T Z cancel. In
  * double they are at 2-3e-7, as the sequential form (whose A is double for the same reason). */
 static size_t a_part_doubles(int C, int dk) { return (size_t)dk + 2 * (size_t)C * C + 4 * (size_t)C * dk; }

@@ -90,7 +90,7 @@ vla_status ocl_kernel(vla_backend *b, ocl_kernel_id id, cl_kernel *out);
 
 /* The work-group size for kernel `id`: the power of two >= want, clamped to
  * [VLA_MINWG, VLA_MAXWG] = [32, 256] and to the kernel's and device's limits.
- * VLA_ERR_UNSUPPORTED when the device cannot run 32 work-items in a group. */
+ * VLA_ERR_UNSUPPORTED when the device cannot hold 32 work-items in a group. */
 vla_status ocl_wg(vla_backend *b, ocl_kernel_id id, int want, size_t *out);
 
 extern const char *const ocl_kernel_names[OCL_NK + 1];

@@ -7,7 +7,7 @@
  *                  sequential and scan algorithms runs in real_t, because in float32 its
  *                  rank-1 downdates drift (relative error of o ~1e-5 at T = 4096, 4e-5 at
  *                  T = 8192, d = 32..64; see backends/cpu/cpu_vla.c); so does the chunked A
- *                  part (vla_a_chunked, since session 12: its A0 - Z^T Z cancels at small
+ *                  part (vla_a_chunked: its A0 - Z^T Z cancels at small
  *                  lambda0). Without fp64 they run in float and the looser bounds apply.
  *
  * Conventions shared by every kernel:

@@ -143,7 +143,7 @@ void vla_a_woodbury(int go, __global const float *K, __global real_t *A, __globa
  *   Al = rownorm(K A0 - tril(K Z^T) Z);  A = A0 - Z^T Z
  * and when the chunk's last token is a refresh point its unnormalised a gains rho k^ and A
  * gains rho I (chunk boundaries are cut at refresh points by the host). In real_t (double where
- * the device has fp64), as the CPU backend since session 12: in float32 the outputs sat at
+ * the device has fp64), as the CPU backend: in float32 the outputs sat at
  * 0.66e-4 to 0.94e-4 of the float64 reference at lambda0 = 1e-3 (PoCL, 8 seeds), against the
  * 1e-4 VLA-MATH 3 expects, because A0 - Z^T Z cancels there. A is carried in Ad [B*H, dk, dk]
  * (real_t) and copied from and back to the float state Af at the ends. When the Cholesky fails

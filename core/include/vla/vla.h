@@ -189,6 +189,32 @@ vla_status vla_attention_resolve_algorithm(vla_backend *b, const vla_attn_desc *
  * in the same buffers is read; environment VLA_CUDA_GRAPHS=0 turns the cache off). */
 vla_status vla_attention_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 
+/* ---- the backward op (docs/VLA-MATH.md section 5) ------------------------------------------ */
+/* Gradients of one forward call. The backward recomputes what it needs from the forward's
+ * inputs (nothing has to be saved by the forward): `args` is the forward's argument set, of which
+ * q, k, v, u, beta, g and the initial states S_in, A_in, n_in are read; o and S_out, A_out, n_out
+ * are neither read nor written. `d` is the forward's descriptor (its algorithm picks the backward's
+ * algorithm: sequential, chunked, or AUTO).
+ *
+ * Every output is optional (NULL: not computed) and is overwritten, not accumulated into:
+ *   dq, dk, du [B,T,H,dk]   dv [B,T,H,dv]   dbeta, dg [B,T,H]
+ *   dS_0 [B,H,dk,dv]        dA_0 [B,H,dk,dk] (its symmetric part: A is symmetric)   dn_0 [B,H,dk]
+ * du needs args.u; dbeta and dg need args.beta / args.g; dS_0 needs a mechanism with S (not
+ * softmax), dA_0 VLA, dn_0 linear or VLA with normalised output. Upstream: dO [B,T,H,dv] is
+ * required; dS_end, dA_end, dn_end (the loss's gradients with respect to the final states, same
+ * layouts as the states) are optional, absent meaning zero. No output may overlap an input or
+ * another output. On an error nothing is written. */
+typedef struct vla_attn_grads {
+    const vla_buffer *dO;                        /* required [B,T,H,dv] */
+    const vla_buffer *dS_end, *dA_end, *dn_end;  /* optional upstream of the final states */
+    vla_buffer *dq, *dk, *dv, *du;               /* optional outputs */
+    vla_buffer *dbeta, *dg;
+    vla_buffer *dS_0, *dA_0, *dn_0;
+} vla_attn_grads;
+
+vla_status vla_attention_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
+                                  const vla_attn_grads *g);
+
 #ifdef __cplusplus
 }
 #endif
