@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's scaled_dot_product_attention (causal) at the shapes of bench_cuda_targets, fp32 and
+"""PyTorch's scaled_dot_product_attention (causal) at the shapes of `vla-bench --targets`, fp32 and
 bf16: the baseline the libvla CUDA numbers are read against. Timed with torch.cuda.Event around
 each call, median of the repetitions after warm-up, rotating over 3 input sets (so repeated
 calls do not read a warm L2). Inputs N(0,1), layout [B, H, T, d] (SDPA's).

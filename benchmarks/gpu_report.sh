@@ -1,0 +1,535 @@
+#!/usr/bin/env bash
+# gpu_report.sh: libvla's GPU report in one device call (an H200 with 16 cores: about 8 minutes).
+#
+# Stages, in this order (each under its own `timeout`, none past the whole run's deadline; a
+# stage that no longer fits is left out and says so):
+#   build         Release, CMAKE_CUDA_ARCHITECTURES="75;90" (sm_75 and sm_90 code, as shipped),
+#                 OpenCL on; every target; `vla-run --list-devices`
+#   test_cuda     tests/test_cuda (CK_FORK=no): the CUDA backend against the CPU backend and float64
+#   ctest         the CTest suite (less `cuda`, run just before), OpenCL on NVIDIA's driver
+#   check_cuda    vla-check --backend cuda --hash
+#   check_opencl  vla-check --backend opencl --hash (the first OpenCL GPU: NVIDIA's driver)
+#   targets       the speed-target table: vla-bench --targets --json (with the copy and GEMM rates)
+#   gated         the VLA chunked target rows again behind a host hold (--gate US): the GPU's time
+#   sweep         vla-bench --backend cuda at (B,H,d) = (1,4,32), T = 512..32768 (the paper's plot)
+#   sdpa          PyTorch's causal SDPA at the target shapes (benchmarks/bench_sdpa.py)
+#   sanitizers    compute-sanitizer over vla-check --backend cuda: memcheck, racecheck one
+#                 algorithm at a time, synccheck
+#   jit75         a compute_75-only build (PTX, JIT-compiled by the driver: the T4's code on this
+#                 GPU), built beside the sanitizers: test_cuda and vla-check --backend cuda
+#   baseline      (--baseline DIR) a second source tree built beside the sanitizers; vla-check
+#                 --hash on cuda and opencl compared with the stage above, case by case
+#                 ("bit-identical: N/N cases")
+#   peers         the public kernels (.peers/public_fwd.py: SDPA, FLA's chunked IPLR and
+#                 DeltaNet), last: it gets what time is left, and no build runs beside it
+# The timings come before the background builds, so that no build loads the host meanwhile.
+#
+# Results: a folder DATE-DEVICE-cuda-report (e.g. 2026-12-03-h200-cuda-report) with README.md
+# (device, driver, nvcc, commit, the command, every stage's exit status, the headline tables) and
+# the tables and logs (sanitizer logs xz-compressed), packed into OUT/report.tar.gz after every
+# stage; OUT/summary.txt is written line by line, so a cut run still says how far it got. Unpack
+# here with benchmarks/unpack_report.sh.
+#
+# Usage: bash benchmarks/gpu_report.sh [options]
+#   --out DIR          where report.tar.gz and summary.txt go (default: $OUT, else ./gpu-out)
+#   --name NAME        the report folder (default: DATE-DEVICE-cuda-report)
+#   --commit HASH      the commit measured, for the README (default: $VLA_COMMIT, else git's;
+#                      .git does not travel to the device machine)
+#   --deadline S       the whole run's limit in seconds (default 525); stages shrink to fit
+#   --arch LIST        CMAKE_CUDA_ARCHITECTURES of the main build (default "75;90")
+#   --cmake-arg ARG    one more CMake argument for every build (repeatable; no spaces in ARG),
+#                      e.g. -DCMAKE_CUDA_FLAGS=-DVLA_INV16_WARPS=8 for a variant
+#   --jobs N           build jobs (default: nproc)
+#   --gate US          host hold of the gated rows, microseconds (default 3000)
+#   --peers LIST       comma-separated peers' scripts (default public_fwd.py; also public_fwdbwd.py)
+#   --baseline DIR     a source tree to compare with bit for bit (e.g. .baseline from
+#                      `fetch_device_deps.sh --baseline COMMIT`), built with the same --arch
+#   --quick            build, test_cuda, ctest, the two vla-checks and the target table (--quick)
+#   --only LIST        only these stages (comma-separated names above; build too, where one of
+#                      them needs it)
+#   --skip-tests       no test_cuda and no ctest     --skip-ctest      no ctest
+#   --skip-check       neither vla-check             --skip-opencl     OpenCL off, no check_opencl
+#   --skip-targets, --skip-gated, --skip-sweep, --skip-sdpa, --skip-peers, --skip-sanitizers,
+#   --skip-jit         leave that stage out
+#   --clean            remove the builds under /tmp/vla-gpu-build first (kept between calls on a
+#                      warm machine, so a second call builds only what changed)
+#   --no-env           do not source benchmarks/device_env.sh (done already, or not wanted)
+#   --digest           print the source digest (sha256 of the sources that build libvla, as in
+#                      the README) and exit: run it here to see that a report measured this tree
+#   --dry-run          print the stages, their time limits and commands; run nothing
+#   -h, --help         this text
+#
+# On the device (carry [".debs", ".whl", ".peers"], and ".baseline" with --baseline):
+#   VLA_COMMIT=<hash> bash benchmarks/gpu_report.sh
+set -uo pipefail
+
+usage() { sed -n '2,/^set -uo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ARGS=("$@")
+OUTDIR=${OUT:-$ROOT/gpu-out}
+ENV_COMMIT=${VLA_COMMIT:-}
+NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null || echo 8) GATE=3000
+CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
+STAGES=(build test_cuda ctest check_cuda check_opencl targets gated sweep sdpa sanitizers jit75 baseline peers)
+declare -A SKIP=()
+
+die() { echo "gpu_report.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) OUTDIR=${2:?--out needs a folder}; shift ;;
+    --name) NAME=${2:?--name needs a name}; shift ;;
+    --commit) COMMIT=${2:?--commit needs a hash}; shift ;;
+    --deadline) DEADLINE=${2:?}; shift ;;
+    --arch) ARCH=${2:?}; shift ;;
+    --cmake-arg) CMAKE_ARGS+=("${2:?}"); shift ;;
+    --jobs) JOBS=${2:?}; shift ;;
+    --gate) GATE=${2:?}; shift ;;
+    --peers) PEERS=${2:?}; shift ;;
+    --baseline) BASELINE=${2:?--baseline needs a folder}; shift ;;
+    --quick) QUICK=1 ;;
+    --only) ONLY=${2:?--only needs stage names}; shift ;;
+    --skip-tests) SKIP[test_cuda]=1 SKIP[ctest]=1 ;;
+    --skip-ctest) SKIP[ctest]=1 ;;
+    --skip-check) SKIP[check_cuda]=1 SKIP[check_opencl]=1 ;;
+    --skip-opencl) OPENCL=OFF SKIP[check_opencl]=1 ;;
+    --skip-targets) SKIP[targets]=1 ;;
+    --skip-gated) SKIP[gated]=1 ;;
+    --skip-sweep) SKIP[sweep]=1 ;;
+    --skip-sdpa) SKIP[sdpa]=1 ;;
+    --skip-peers) SKIP[peers]=1 ;;
+    --skip-sanitizers) SKIP[sanitizers]=1 ;;
+    --skip-jit) SKIP[jit75]=1 ;;
+    --clean) CLEAN=1 ;;
+    --no-env) NOENV=1 ;;
+    --digest) DIGEST_ONLY=1 ;;
+    --dry-run) DRY=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+  shift
+done
+[[ $DEADLINE =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $GATE =~ ^[0-9]+$ ]] || die "--deadline, --jobs and --gate take whole numbers"
+if [ "$QUICK" = 1 ]; then for s in gated sweep sdpa peers sanitizers jit75; do SKIP[$s]=1; done; fi
+if [ -n "$ONLY" ]; then
+  for s in "${STAGES[@]}"; do [[ ",$ONLY," == *",$s,"* ]] || SKIP[$s]=1; done
+  for s in ${ONLY//,/ }; do [[ " ${STAGES[*]} " == *" $s "* ]] || die "--only: no stage '$s' (${STAGES[*]})"; done
+  SKIP[build]=""
+  # sdpa, peers and jit75 need no main build.
+  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|targets|gated|sweep|sanitizers|baseline|build), ]] || SKIP[build]=1
+fi
+[ -n "$BASELINE" ] || SKIP[baseline]=1
+cd "$ROOT" || exit 2
+if [ -n "$BASELINE" ]; then
+  [ -f "$BASELINE/CMakeLists.txt" ] || die "--baseline $BASELINE: no CMakeLists.txt there"
+  BASELINE=$(cd "$BASELINE" && pwd)
+fi
+
+# The source digest: sha256 over the files that build and test libvla (the same here and on the
+# device, where .git is absent).
+digest() {
+  find CMakeLists.txt cmake core backends kernels tools tests -type f ! -path '*/__pycache__/*' -print0 |
+    LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+if [ -n "${DIGEST_ONLY:-}" ]; then digest; exit 0; fi
+[ -n "$COMMIT" ] || COMMIT=$(git -C "$ROOT" describe --always --dirty --abbrev=40 2> /dev/null || echo unknown)
+
+# ---- places -------------------------------------------------------------------------------------
+W=/tmp/vla-gpu-report           # scratch: stderr of the timings, raw sanitizer logs
+BUILDS=/tmp/vla-gpu-build       # builds, kept between calls on a warm machine
+B=$BUILDS/main B75=$BUILDS/jit75 BBASE=$BUILDS/baseline
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -n 1)
+SLUG=$(echo "${GPU:-gpu}" | tr '[:upper:]' '[:lower:]' | sed -e 's/^nvidia //' -e 's/[^a-z0-9]\{1,\}/-/g' -e 's/^-//' -e 's/-$//')
+NAME=${NAME:-$(date -u +%F)-${SLUG:-gpu}-cuda-report}
+R=$W/$NAME                      # the report folder
+SUM=$OUTDIR/summary.txt
+START=$SECONDS RESERVE=10
+ROWS=() RESULT="" LIM=0
+GATED_SHAPES=()
+for s in 1,4,32,2048 1,4,32,8192 1,4,32,32768 1,4,32,131072 8,16,64,2048 8,16,64,32768; do GATED_SHAPES+=(--shape "$s"); done
+SWEEP_T=512,1024,2048,4096,8192,16384,32768
+RACE_ALGOS=(chunked two-level scan sequential fused auto)
+
+# ---- helpers ------------------------------------------------------------------------------------
+# q WORD...: the words as a shell reads them back (quoted only where needed).
+q() {
+  local w out=""
+  for w in "$@"; do
+    if [[ $w =~ ^[A-Za-z0-9_./,:=+@%-]+$ ]]; then out+="$w "; else out+="'${w//\'/\'\\\'\'}' "; fi
+  done
+  echo "${out% }"
+}
+left() { echo $((DEADLINE - (SECONDS - START))); }
+# lim CAP: CAP, or what is left before the deadline (less the packing reserve) if that is less.
+lim() { local l=$(($(left) - RESERVE)); if ((l < $1)); then echo "$l"; else echo "$1"; fi; }
+log() { echo "[$((SECONDS - START)) s] $*" | { if ((DRY)); then cat; else tee -a "$SUM"; fi; }; }
+last() { tail -n 1 "$1" 2> /dev/null | tr -s ' '; }
+first_error() { grep -m 1 -E 'error:|CMake Error|Terminated|Error [0-9]' "$1" 2> /dev/null | cut -c1-200; }
+# x LIMIT STDOUT STDERR COMMAND...: COMMAND under timeout; STDERR "+" joins stdout.
+x() {
+  local l=$1 o=$2 e=$3
+  shift 3
+  if ((l < 1)); then
+    ((DRY)) || echo "not run: no time left" > "$o"
+    return 124
+  fi
+  if ((DRY)); then
+    echo "    timeout $l $(q "$@") > ${o/#$R/REPORT}$([ "$e" = + ] && echo " 2>&1" || echo " 2> ${e/#$W/SCRATCH}")"
+    return 0
+  fi
+  if [ "$e" = + ]; then timeout -k 10 "$l" "$@" > "$o" 2>&1; else timeout -k 10 "$l" "$@" > "$o" 2> "$e"; fi
+}
+# need FILE...: each exists (a binary of the build), else RESULT says so and it returns 127.
+need() {
+  ((DRY)) && return 0
+  local f
+  for f in "$@"; do [ -e "$f" ] || { RESULT="not built: ${f#"$BUILDS"/}"; return 127; }; done
+}
+# build_tree SRC BUILD ARCH OPENCL JOBS LOG LIMIT [TARGET...]: configure and build, under timeout.
+build_tree() {
+  local src=$1 bd=$2 arch=$3 ocl=$4 j=$5 lg=$6 l=$7
+  shift 7
+  local tg=()
+  [ $# -gt 0 ] && tg=(--target "$@")
+  if ((DRY)); then
+    echo "    timeout $l: cmake -S $src -B $bd -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=\"$arch\" -DVLA_OPENCL=$ocl${CMAKE_ARGS[*]:+ ${CMAKE_ARGS[*]}} &&"
+    echo "      cmake --build $bd -j$j ${tg[*]} > ${lg/#$R/REPORT} 2>&1"
+    return 0
+  fi
+  # A build folder configured from another source tree is started afresh.
+  if [ -e "$bd/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$bd/CMakeCache.txt"; then rm -rf "$bd"; fi
+  # shellcheck disable=SC2016 # the arguments expand in the inner shell
+  local sh='cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$3" -DVLA_OPENCL="$4" $VLA_CMAKE_ARGS &&
+    cmake --build "$2" -j"$5" "${@:6}"'
+  x "$l" "$lg" + env VLA_CMAKE_ARGS="${CMAKE_ARGS[*]}" bash -c "$sh" build "$src" "$bd" "$arch" "$ocl" "$j" "${tg[@]}"
+}
+
+# sublim CAP: CAP, or what is left of the stage's limit or before the deadline if that is less.
+sublim() {
+  local l s=$((LIM - (SECONDS - STAGE_T0)))
+  l=$(lim "$1")
+  if ((s < l)); then echo "$s"; else echo "$l"; fi
+}
+# stage NAME CAP FUNCTION: runs FUNCTION with LIM set, records its exit status and RESULT.
+stage() {
+  local name=$1 cap=$2 fn=$3 t0=$SECONDS rc
+  STAGE_T0=$SECONDS
+  if [ -n "${SKIP[$name]:-}" ]; then
+    ROWS+=("$name|-|0|skipped")
+    log "$name: skipped"
+    return 0
+  fi
+  LIM=$(lim "$cap")
+  if ((LIM < 5)); then
+    ROWS+=("$name|-|0|left out: $(left) s left of the ${DEADLINE} s deadline")
+    log "$name: left out ($(left) s left)"
+    return 0
+  fi
+  RESULT=""
+  if ((DRY)); then
+    echo "stage $name (limit $LIM s):"
+    "$fn"
+    return 0
+  fi
+  "$fn"
+  rc=$?
+  ((rc == 124 || rc == 137)) && RESULT="timed out after $LIM s${RESULT:+; $RESULT}"
+  ROWS+=("$name|$rc|$((SECONDS - t0))|$RESULT")
+  log "$name: exit $rc ($((SECONDS - t0)) s)${RESULT:+: $RESULT}"
+  pack
+}
+
+# ---- the stages ---------------------------------------------------------------------------------
+st_build() {
+  build_tree "$ROOT" "$B" "$ARCH" "$OPENCL" "$JOBS" "$R/build.log" "$LIM"
+  local rc=$?
+  ((DRY)) || RESULT="$(grep -E 'libvla: (cuda|opencl) backend|CPU BLAS|CLBlast' "$R/build.log" | sed 's/.*libvla: //' | sort -u | tr '\n' ';' | sed 's/;$//'); $(grep -c -i 'warning' "$R/build.log") lines with 'warning'"
+  ((rc == 0)) || { RESULT="$RESULT; $(first_error "$R/build.log")"; return $rc; }
+  x 30 "$R/devices.txt" + "$B/tools/vla-run" --list-devices
+  return $rc
+}
+st_test_cuda() {
+  need "$B/tests/test_cuda" || return
+  x "$LIM" "$R/test_cuda.log" + env CK_FORK=no "$B/tests/test_cuda"
+  local rc=$?
+  RESULT=$(last "$R/test_cuda.log")
+  return $rc
+}
+st_ctest() {
+  need "$B/CTestTestfile.cmake" || return
+  local ct
+  ct=$(command -v ctest || echo "$(dirname "$(command -v cmake)")/ctest")
+  x "$LIM" "$R/ctest.log" + "$ct" --test-dir "$B" -j 8 --output-on-failure --timeout "$LIM" -E '^cuda$'
+  local rc=$?
+  RESULT=$(grep -E 'tests passed|tests failed' "$R/ctest.log" 2> /dev/null | tr -s ' ')
+  [ -n "$RESULT" ] || RESULT="$(grep -c ' Passed ' "$R/ctest.log" 2> /dev/null) passed, $(grep -cE '\*\*\*|Failed ' "$R/ctest.log" 2> /dev/null) failed when it stopped"
+  return $rc
+}
+st_check_cuda() {
+  need "$B/tools/vla-check" || return
+  x "$LIM" "$R/vla-check-cuda.txt" + "$B/tools/vla-check" --backend cuda --hash
+  local rc=$?
+  RESULT=$(last "$R/vla-check-cuda.txt")
+  return $rc
+}
+st_check_opencl() {
+  need "$B/tools/vla-check" || return
+  x "$LIM" "$R/vla-check-opencl.txt" + "$B/tools/vla-check" --backend opencl --hash
+  local rc=$?
+  RESULT="$(head -n 1 "$R/vla-check-opencl.txt" 2> /dev/null | cut -c1-100): $(last "$R/vla-check-opencl.txt")"
+  return $rc
+}
+# The speed-target table: every call of it goes through this one command.
+TARGETS=("$B/tools/vla-bench" --targets)
+st_targets() {
+  need "$B/tools/vla-bench" || return
+  local qk=()
+  ((QUICK)) && qk=(--quick)
+  x "$LIM" "$R/targets.md" "$W/targets.err" "${TARGETS[@]}" "${qk[@]}" --json "$R/targets.json"
+  local rc=$?
+  RESULT="$(grep -c '^|' "$R/targets.md" 2> /dev/null) table rows; $(last "$W/targets.err")"
+  return $rc
+}
+st_gated() {
+  need "$B/tools/vla-bench" || return
+  x "$LIM" "$R/gated.md" "$W/gated.err" "${TARGETS[@]}" --no-limits --gate "$GATE" --only vla-chunked \
+    "${GATED_SHAPES[@]}" --json "$R/gated.json"
+  local rc=$?
+  RESULT="--gate $GATE; $(last "$W/gated.err")"
+  return $rc
+}
+st_sweep() {
+  need "$B/tools/vla-bench" || return
+  x "$LIM" /dev/null "$W/sweep.err" "$B/tools/vla-bench" --backend cuda -T "$SWEEP_T" -B 1 -H 4 -d 32 -r 10 \
+    --budget $((LIM > 20 ? LIM - 10 : LIM)) --save "$R/vla-bench-cuda"
+  local rc=$?
+  RESULT="VLA chunked: $(grep -m 1 -E '^\| vla \| chunked \|' <(sed -n '/^### Summary/,$p' "$R/vla-bench-cuda.md" 2> /dev/null) |
+    cut -d'|' -f4-5 | tr -s ' ')"
+  return $rc
+}
+# Python (PyTorch) without the Debian prefix's libraries ahead of its own.
+PY=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3)
+st_sdpa() {
+  local qk=()
+  ((QUICK)) && qk=(--quick)
+  x "$LIM" "$R/sdpa.md" "$W/sdpa.err" "${PY[@]}" "$ROOT/benchmarks/bench_sdpa.py" "${qk[@]}" --json "$R/sdpa.json"
+  local rc=$?
+  RESULT="$(grep -c '^| (' "$R/sdpa.md" 2> /dev/null) rows"
+  return $rc
+}
+st_peers() {
+  local p src n rc=0 r
+  for p in ${PEERS//,/ }; do
+    src=""
+    for d in "$ROOT/.peers" "$ROOT/../shared/peers" "$ROOT/shared/peers"; do [ -f "$d/$p" ] && src=$d/$p && break; done
+    [ -n "$src" ] || ((DRY)) || { RESULT="$RESULT$p: not in .peers/ (fetch_device_deps.sh; carry .peers); "; rc=127; continue; }
+    n=${p%.py}
+    ((DRY)) || mkdir -p "$W/$n"
+    x "$(sublim "$LIM")" "$R/peers-$n.txt" + env OUT="$W/$n" "${PY[@]}" "${src:-.peers/$p}"
+    r=$?
+    ((DRY)) || cp "$W/$n"/*.csv "$R/" 2> /dev/null
+    ((r == 0)) || rc=$r
+    RESULT="$RESULT$p exit $r, $(grep -c -E ',[0-9.]+$' "$R/peers-$n.txt" 2> /dev/null) rows; "
+  done
+  RESULT=${RESULT%; }
+  return $rc
+}
+# Background builds (after the timings): the compute_75 JIT build and the baseline.
+start_builds() {
+  local j=$((JOBS > 2 ? JOBS / 2 : 1)) l
+  l=$(lim 300)
+  if [ -z "${SKIP[jit75]:-}" ] && ((l > 30)); then
+    if ((DRY)); then
+      echo "background build (jit75, limit $l s):"
+      build_tree "$ROOT" "$B75" 75-virtual OFF "$j" "$W/build-jit75.log" "$l" test_cuda vla-check
+    else
+      build_tree "$ROOT" "$B75" 75-virtual OFF "$j" "$W/build-jit75.log" "$l" test_cuda vla-check &
+      PID75=$!
+    fi
+  fi
+  if [ -n "$BASELINE" ] && ((l > 30)); then
+    if ((DRY)); then
+      echo "background build (baseline $BASELINE, limit $l s):"
+      build_tree "$BASELINE" "$BBASE" "$ARCH" "$OPENCL" "$j" "$W/build-baseline.log" "$l" vla-check
+    else
+      build_tree "$BASELINE" "$BBASE" "$ARCH" "$OPENCL" "$j" "$W/build-baseline.log" "$l" vla-check &
+      PIDBASE=$!
+    fi
+  fi
+}
+# san TOOL LABEL CAP ARGS...: compute-sanitizer TOOL over vla-check --backend cuda ARGS.
+san() {
+  local tool=$1 label=$2 cap=$3 l rc line
+  shift 3
+  l=$(sublim "$cap")
+  ((l >= 5)) || { ((DRY)) || echo "$tool ($label): left out (time)" >> "$R/sanitizers.txt"; SAN_BAD=$((SAN_BAD + 1)); return; }
+  x "$l" "$W/san/$label.log" + "$CS" --tool "$tool" --error-exitcode 9 "$B/tools/vla-check" --backend cuda "$@"
+  rc=$?
+  ((DRY)) && return
+  line="$tool ($label) exit $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/san/$label.log" | tail -n 1 | tr -s ' =')"
+  line="$line | vla-check: $(grep -E '[0-9]+ passed' "$W/san/$label.log" | tail -n 1)"
+  echo "$line" >> "$R/sanitizers.txt"
+  SAN_RUNS=$((SAN_RUNS + 1))
+  if ((rc == 0)) && grep -Eq 'SUMMARY: 0 (errors|hazards)' "$W/san/$label.log"; then :; else SAN_BAD=$((SAN_BAD + 1)); fi
+}
+st_sanitizers() {
+  need "$B/tools/vla-check" || return
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  SAN_RUNS=0 SAN_BAD=0
+  ((DRY)) || { mkdir -p "$W/san" && : > "$R/sanitizers.txt"; }
+  san memcheck memcheck-all 120
+  local a
+  for a in "${RACE_ALGOS[@]}"; do san racecheck "racecheck-$a" 90 --algo "$a"; done
+  san synccheck synccheck-all 90
+  ((DRY)) && return 0
+  xz -9 -f "$W"/san/*.log 2> /dev/null
+  tar -C "$W" -cf "$R/sanitizer-logs.tar" san 2> /dev/null
+  RESULT="$((SAN_RUNS - SAN_BAD)) of $((1 + ${#RACE_ALGOS[@]} + 1)) runs clean (sanitizers.txt)"
+  ((SAN_BAD == 0))
+}
+st_jit75() {
+  if [ -n "${PID75:-}" ]; then wait "$PID75" || { RESULT="build failed: $(first_error "$W/build-jit75.log")"; return 1; }; fi
+  need "$B75/tests/test_cuda" "$B75/tools/vla-check" || return
+  x "$(sublim 120)" "$R/jit75-test_cuda.log" + env CK_FORK=no "$B75/tests/test_cuda"
+  local r1=$?
+  x "$(sublim 60)" "$R/jit75-vla-check-cuda.txt" + "$B75/tools/vla-check" --backend cuda
+  local r2=$?
+  RESULT="CMAKE_CUDA_ARCHITECTURES=75-virtual: test_cuda exit $r1: $(last "$R/jit75-test_cuda.log"); vla-check exit $r2: $(last "$R/jit75-vla-check-cuda.txt")"
+  ((r1 == 0 && r2 == 0))
+}
+# compare NEW BASE: the cases of two vla-check --hash outputs, by case name and backend.
+compare() {
+  awk '($7 == "ok" || $7 == "FAIL") && length($12) == 16 && $12 ~ /^[0-9a-f]+$/ { k = $1 " " $2
+         if (FNR == NR) { base[k] = $12; next } new[k] = $12 }
+       END { n = 0; same = 0; only = 0
+         for (k in new) { if (k in base) { n++; if (new[k] == base[k]) same++; else d[++nd] = k } else only++ }
+         for (k in base) if (!(k in new)) gone++
+         if (n == 0) { printf "no cases with hashes in both (%d in the new build, %d in the baseline)\n", only, gone; exit }
+         printf "bit-identical: %d/%d cases", same, n
+         if (only + gone) printf " (%d cases only in the new build, %d only in the baseline)", only, gone
+         printf "\n"; for (i = 1; i <= nd && i <= 20; i++) print "  differs: " d[i] }' "$2" "$1"
+}
+st_baseline() {
+  if [ -n "${PIDBASE:-}" ]; then wait "$PIDBASE" || { RESULT="build failed: $(first_error "$W/build-baseline.log")"; return 1; }; fi
+  need "$BBASE/tools/vla-check" || return
+  local be rc=0 r
+  ((DRY)) || echo "baseline: $BASELINE ($(cat "$BASELINE/.commit" 2> /dev/null || echo 'commit not recorded'))" > "$R/baseline-compare.txt"
+  for be in cuda opencl; do
+    [ "$be" = opencl ] && [ "$OPENCL" = OFF ] && continue
+    # The new build's hashes, where its check stage did not run.
+    [ -s "$R/vla-check-$be.txt" ] || ((DRY)) || x "$(sublim 90)" "$R/vla-check-$be.txt" + "$B/tools/vla-check" --backend "$be" --hash
+    x "$(sublim 90)" "$R/baseline-vla-check-$be.txt" + "$BBASE/tools/vla-check" --backend "$be" --hash
+    r=$?
+    ((DRY)) && continue
+    if ((r != 0)); then rc=$r; fi
+    echo "$be: $(compare "$R/vla-check-$be.txt" "$R/baseline-vla-check-$be.txt")" >> "$R/baseline-compare.txt"
+  done
+  ((DRY)) && return 0
+  RESULT=$(grep -E '^(cuda|opencl):' "$R/baseline-compare.txt" | tr '\n' ';' | sed 's/;$//')
+  return $rc
+}
+
+# ---- the README and the tarball -----------------------------------------------------------------
+section() { # title file [filter command...]
+  local title=$1 f=$2
+  shift 2
+  [ -s "$f" ] || return 0
+  printf '\n## %s (%s)\n\n' "$title" "\`${f#"$R"/}\`"
+  if [ $# -gt 0 ]; then "$@" < "$f"; else cat "$f"; fi
+}
+csv_table() { awk -F, 'NR == 1 { h = "|"; s = "|"; for (i = 1; i <= NF; i++) { h = h " " $i " |"; s = s "---|" } print h; print s; next }
+  { r = "|"; for (i = 1; i <= NF; i++) r = r " " $i " |"; print r }'; }
+sweep_summary() { sed -n '/^### Summary/,/fused-vs-sequential/p'; }
+write_readme() {
+  local row
+  {
+    echo "# libvla GPU report: ${GPU:-no GPU found}, $(date -u +%F)"
+    echo
+    echo "- Device: $(sed -n 's/^gpu: //p' "$R/env.txt" 2> /dev/null)"
+    echo "- CUDA: $(sed -n 's/^nvcc: //p' "$R/env.txt" 2> /dev/null); $(sed -n 's/^cmake: //p' "$R/env.txt" 2> /dev/null); $(sed -n 's/^cc: //p' "$R/env.txt" 2> /dev/null)"
+    echo "- Python: $(sed -n 's/^python: //p' "$R/env.txt" 2> /dev/null)"
+    echo "- Commit: $COMMIT (source digest $(sed -n 's/^digest: //p' "$R/env.txt" 2> /dev/null): \`bash benchmarks/gpu_report.sh --digest\` on a checkout prints the same for the same tree)"
+    echo "- Carried: $(cd "$ROOT" && for d in .debs .whl .peers .baseline; do [ -d "$d" ] && printf '%s ' "$d"; done)"
+    echo "- Command (repository root, on the device): \`${ENV_COMMIT:+VLA_COMMIT=$ENV_COMMIT }bash benchmarks/gpu_report.sh$([ ${#ARGS[@]} -gt 0 ] && printf ' %s' "$(q "${ARGS[@]}")")\`"
+    echo "- Build: Release, CMAKE_CUDA_ARCHITECTURES=\"$ARCH\", VLA_OPENCL=$OPENCL; the stages' limits within a ${DEADLINE} s deadline"
+    echo "- Wall time so far: $((SECONDS - START)) s$([ -n "${FINISHED:-}" ] && echo ' (finished)' || echo ' (not finished: cut, or still running)')"
+    echo
+    echo "| stage | exit | seconds | result |"
+    echo "|---|--:|--:|---|"
+    for row in "${ROWS[@]}"; do echo "| ${row//|/ | } |"; done
+    section "Speed targets" "$R/targets.md"
+    section "Gated rows: the GPU's time alone (--gate $GATE)" "$R/gated.md"
+    section "PyTorch SDPA (causal)" "$R/sdpa.md"
+    local f
+    for f in "$R"/peers*.csv; do [ -e "$f" ] && section "Public kernels (ms)" "$f" csv_table; done
+    section "Scaling sweep at (1,4,32), the summary" "$R/vla-bench-cuda.md" sweep_summary
+    section "compute-sanitizer over vla-check --backend cuda" "$R/sanitizers.txt" sed 's/^/    /'
+    section "Against the baseline" "$R/baseline-compare.txt" sed 's/^/    /'
+    printf '\n## Files\n\n'
+    (cd "$R" && for f in *; do case $f in README.md*) ;; *) echo "- \`$f\`" ;; esac; done)
+  } > "$R/README.md.tmp" && mv "$R/README.md.tmp" "$R/README.md"
+}
+pack() {
+  ((DRY)) && return 0
+  write_readme
+  cp "$SUM" "$R/summary.txt" 2> /dev/null
+  tar -C "$W" -czf "$OUTDIR/report.tar.gz.tmp" "$NAME" && mv "$OUTDIR/report.tar.gz.tmp" "$OUTDIR/report.tar.gz"
+}
+
+# ---- run ----------------------------------------------------------------------------------------
+if ((DRY)); then
+  echo "gpu_report.sh --dry-run: report folder $NAME, packed into $OUTDIR/report.tar.gz; deadline $DEADLINE s"
+  echo "commit $COMMIT; REPORT = $R; SCRATCH = $W; builds in $BUILDS"
+  [ "$NOENV" = 1 ] || echo "source benchmarks/device_env.sh"
+else
+  mkdir -p "$OUTDIR" && : > "$SUM" || exit 2
+  rm -rf "$W" && mkdir -p "$R" || exit 2
+  ((CLEAN)) && rm -rf "$BUILDS"
+  mkdir -p "$BUILDS"
+  if [ "$NOENV" = 0 ] && [ -z "${VLA_DEVICE_ENV:-}" ]; then
+    # shellcheck source=device_env.sh disable=SC1091
+    source "$ROOT/benchmarks/device_env.sh" 2> "$W/device_env.txt"
+  fi
+  {
+    echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2> /dev/null || echo none)"
+    echo "nvcc: $(nvcc --version 2> /dev/null | grep -m 1 release || echo none)"
+    echo "cmake: $(cmake --version 2> /dev/null | head -n 1)"
+    echo "cc: $(cc --version 2> /dev/null | head -n 1)"
+    echo "python: $(timeout 60 env -u LD_LIBRARY_PATH python3 -c 'import sys, torch; v = [sys.version.split()[0], "torch " + torch.__version__]
+try:
+    import triton; v.append("triton " + triton.__version__)
+    import fla; v.append("fla " + fla.__version__)
+except Exception as e: v.append(repr(e)[:60])
+print(", ".join(v))' 2>&1 | tail -n 1)"
+    echo "digest: $(digest)"
+    echo "commit: $COMMIT"
+    echo "host: $(uname -sr), $(nproc) cores, $(free -g 2> /dev/null | awk '/^Mem/ {print $2 " GiB"}')"
+    echo "device_env: $(tr '\n' ' ' < "$W/device_env.txt" 2> /dev/null)"
+    nvidia-smi 2> /dev/null
+  } > "$R/env.txt" 2>&1
+  log "report $NAME; $(sed -n 's/^gpu: //p' "$R/env.txt"); $(sed -n 's/^nvcc: //p' "$R/env.txt"); commit $COMMIT"
+fi
+
+stage build 240 st_build
+stage test_cuda 150 st_test_cuda
+stage ctest 150 st_ctest
+stage check_cuda 60 st_check_cuda
+stage check_opencl 90 st_check_opencl
+stage targets 150 st_targets
+stage gated 90 st_gated
+stage sweep 90 st_sweep
+stage sdpa 90 st_sdpa
+start_builds
+stage sanitizers 360 st_sanitizers
+stage jit75 200 st_jit75
+stage baseline 200 st_baseline
+wait
+stage peers 150 st_peers
+
+((DRY)) && exit 0
+FINISHED=1
+for f in "$W/build-jit75.log" "$W/build-baseline.log" "$W"/*.err; do [ -e "$f" ] && cp "$f" "$R/"; done
+xz -9 -f "$R"/build*.log 2> /dev/null
+log "done in $((SECONDS - START)) s: $OUTDIR/report.tar.gz ($NAME)"
+pack
+sed -n '/^| stage/,/^$/p' "$R/README.md"
