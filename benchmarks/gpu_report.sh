@@ -13,6 +13,10 @@
 #   gated         the VLA chunked target rows again behind a host hold (--gate US): the GPU's time
 #   sweep         vla-bench --backend cuda at (B,H,d) = (1,4,32), T = 512..32768 (the paper's plot)
 #   sdpa          PyTorch's causal SDPA at the target shapes (benchmarks/bench_sdpa.py)
+#   backward      (--backward, or --only backward) forward + backward beside the forward alone:
+#                 vla-bench --backend cuda --backward at (B,H,d) = (1,4,32), T = 2048, 8192, 32768
+#                 and (8,16,64), T = 2048, 8192; then the peers' .peers/public_fwdbwd.py (SDPA,
+#                 FLA's chunked IPLR and DeltaNet, fp32 and bf16) at the same shapes
 #   sanitizers    compute-sanitizer over vla-check --backend cuda: memcheck, racecheck one
 #                 algorithm at a time, synccheck
 #   jit75         a compute_75-only build (PTX, JIT-compiled by the driver: the T4's code on this
@@ -42,6 +46,7 @@
 #   --jobs N           build jobs (default: nproc)
 #   --gate US          host hold of the gated rows, microseconds (default 3000)
 #   --peers LIST       comma-separated peers' scripts (default public_fwd.py; also public_fwdbwd.py)
+#   --backward         add the backward stage (off by default; up to 360 s of the deadline)
 #   --baseline DIR     a source tree to compare with bit for bit (e.g. .baseline from
 #                      `fetch_device_deps.sh --baseline COMMIT`), built with the same --arch
 #   --quick            build, test_cuda, ctest, the two vla-checks and the target table (--quick)
@@ -71,8 +76,9 @@ OUTDIR=${OUT:-$ROOT/gpu-out}
 ENV_COMMIT=${VLA_COMMIT:-}
 NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null || echo 8) GATE=3000
 CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
-STAGES=(build test_cuda ctest check_cuda check_opencl targets gated sweep sdpa sanitizers jit75 baseline peers)
+STAGES=(build test_cuda ctest check_cuda check_opencl targets gated sweep sdpa backward sanitizers jit75 baseline peers)
 declare -A SKIP=()
+BACKWARD=0
 
 die() { echo "gpu_report.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -88,6 +94,7 @@ while [ $# -gt 0 ]; do
     --peers) PEERS=${2:?}; shift ;;
     --baseline) BASELINE=${2:?--baseline needs a folder}; shift ;;
     --quick) QUICK=1 ;;
+    --backward) BACKWARD=1 ;;
     --only) ONLY=${2:?--only needs stage names}; shift ;;
     --skip-tests) SKIP[test_cuda]=1 SKIP[ctest]=1 ;;
     --skip-ctest) SKIP[ctest]=1 ;;
@@ -111,12 +118,14 @@ while [ $# -gt 0 ]; do
 done
 [[ $DEADLINE =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $GATE =~ ^[0-9]+$ ]] || die "--deadline, --jobs and --gate take whole numbers"
 if [ "$QUICK" = 1 ]; then for s in gated sweep sdpa peers sanitizers jit75; do SKIP[$s]=1; done; fi
+# The backward stage runs when asked for: --backward, or named in --only.
+[ "$BACKWARD" = 1 ] || [[ ",$ONLY," == *",backward,"* ]] || SKIP[backward]=1
 if [ -n "$ONLY" ]; then
   for s in "${STAGES[@]}"; do [[ ",$ONLY," == *",$s,"* ]] || SKIP[$s]=1; done
   for s in ${ONLY//,/ }; do [[ " ${STAGES[*]} " == *" $s "* ]] || die "--only: no stage '$s' (${STAGES[*]})"; done
   SKIP[build]=""
   # sdpa, peers and jit75 need no main build.
-  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|targets|gated|sweep|sanitizers|baseline|build), ]] || SKIP[build]=1
+  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|targets|gated|sweep|backward|sanitizers|baseline|build), ]] || SKIP[build]=1
 fi
 [ -n "$BASELINE" ] || SKIP[baseline]=1
 cd "$ROOT" || exit 2
@@ -309,6 +318,39 @@ st_sweep() {
 }
 # Python (PyTorch) without the Debian prefix's libraries ahead of its own.
 PY=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3)
+# The backward stage: vla-bench --backward at each shape (B H d T-list), then the peers' forward +
+# backward (public_fwdbwd.py, whose shapes are these). Files: backward-B-H-d.{md,csv,json},
+# backward-peers.txt (its stdout) and backward-peers.csv.
+BWD_SHAPES=("1 4 32 2048,8192,32768" "8 16 64 2048,8192")
+st_backward() {
+  need "$B/tools/vla-bench" || return
+  local sh b h d t tag l rc=0 r n src="" dir
+  for sh in "${BWD_SHAPES[@]}"; do
+    read -r b h d t <<< "$sh"
+    tag=$b-$h-$d
+    l=$(sublim 75)
+    x "$l" /dev/null "$W/backward-$tag.err" "$B/tools/vla-bench" --backend cuda --backward -T "$t" -B "$b" -H "$h" \
+      -d "$d" -r 10 --budget $((l > 20 ? l - 10 : (l > 1 ? l - 1 : 1))) --save "$R/backward-$tag"
+    r=$?
+    ((r == 0)) || rc=$r
+    n=$(awk -F, 'NR > 1 && $10 != ""' "$R/backward-$tag.csv" 2> /dev/null | wc -l)
+    RESULT="$RESULT($b,$h,$d) exit $r, $n points measured ($(last "$W/backward-$tag.err" | cut -c1-80)); "
+  done
+  for dir in "$ROOT/.peers" "$ROOT/../shared/peers" "$ROOT/shared/peers"; do
+    [ -f "$dir/public_fwdbwd.py" ] && src=$dir/public_fwdbwd.py && break
+  done
+  if [ -z "$src" ] && ((!DRY)); then
+    RESULT="${RESULT}public_fwdbwd.py: not in .peers/ (fetch_device_deps.sh; carry .peers)"
+    return 127
+  fi
+  ((DRY)) || mkdir -p "$W/bwd-peers"
+  x "$(sublim 240)" "$R/backward-peers.txt" + env OUT="$W/bwd-peers" "${PY[@]}" "${src:-.peers/public_fwdbwd.py}"
+  r=$?
+  ((DRY)) || cp "$W/bwd-peers/peers_bwd.csv" "$R/backward-peers.csv" 2> /dev/null
+  ((r == 0)) || rc=$r
+  RESULT="${RESULT}public_fwdbwd.py exit $r, $(grep -c -E ',[0-9.]+$' "$R/backward-peers.txt" 2> /dev/null) rows"
+  return $rc
+}
 st_sdpa() {
   local qk=()
   ((QUICK)) && qk=(--quick)
@@ -463,6 +505,8 @@ write_readme() {
     local f
     for f in "$R"/peers*.csv; do [ -e "$f" ] && section "Public kernels (ms)" "$f" csv_table; done
     section "Scaling sweep at (1,4,32), the summary" "$R/vla-bench-cuda.md" sweep_summary
+    for f in "$R"/backward-[0-9]*.md; do [ -e "$f" ] && section "Forward + backward (vla-bench --backward)" "$f" sed -n '/^| backend |/,/^$/p'; done
+    section "Public kernels, forward + backward (ms)" "$R/backward-peers.csv" csv_table
     section "compute-sanitizer over vla-check --backend cuda" "$R/sanitizers.txt" sed 's/^/    /'
     section "Against the baseline" "$R/baseline-compare.txt" sed 's/^/    /'
     printf '\n## Files\n\n'
@@ -519,6 +563,7 @@ stage targets 150 st_targets
 stage gated 90 st_gated
 stage sweep 90 st_sweep
 stage sdpa 90 st_sdpa
+stage backward 360 st_backward
 start_builds
 stage sanitizers 360 st_sanitizers
 stage jit75 200 st_jit75

@@ -126,25 +126,34 @@ static size_t tensor_bytes(int64_t a, int64_t b, int64_t c, int64_t d) {
     return (size_t)n;
 }
 
-static vla_status check_buffer(vla_backend *b, const vla_buffer *buf, const char *name, size_t need,
+static vla_status check_buffer(vla_backend *b, const char *fn, const vla_buffer *buf, const char *name, size_t need,
                                int required) {
     if (!buf) {
-        if (required) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "vla_attention_forward: %s is NULL", name);
+        if (required) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, name);
         return VLA_OK;
     }
     if (buf->backend != b)
-        return vla_fail(b, VLA_ERR_WRONG_BACKEND,
-                        "vla_attention_forward: %s was allocated on backend '%s', the op runs on '%s'", name,
-                        buf->backend ? buf->backend->name : "?", b->name);
+        return vla_fail(b, VLA_ERR_WRONG_BACKEND, "%s: %s was allocated on backend '%s', the op runs on '%s'", fn,
+                        name, buf->backend ? buf->backend->name : "?", b->name);
     if (buf->size < need)
-        return vla_fail(b, VLA_ERR_SHAPE_MISMATCH,
-                        "vla_attention_forward: %s holds %zu bytes, the shape needs %zu", name, buf->size, need);
+        return vla_fail(b, VLA_ERR_SHAPE_MISMATCH, "%s: %s holds %zu bytes, the shape needs %zu", fn, name, buf->size,
+                        need);
     return VLA_OK;
 }
 
-/* Everything about the call that does not depend on the backend. */
-static vla_status validate(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
-    const char *fn = "vla_attention_forward";
+/* Which states a mechanism carries (VLA-MATH 1). */
+static int mech_has_S(const vla_attn_desc *d) { return d->mechanism != VLA_MECH_SOFTMAX; }
+static int mech_has_A(const vla_attn_desc *d) { return d->mechanism == VLA_MECH_VLA; }
+static int mech_has_n(const vla_attn_desc *d) {
+    return d->mechanism == VLA_MECH_LINEAR || (d->mechanism == VLA_MECH_VLA && d->normalize_output);
+}
+
+/* Everything about the call that does not depend on the backend, shared by the forward and the
+ * backward (`fn` names the caller in messages). The backward reads the forward's inputs and
+ * initial states but neither reads nor writes o and the final states, so it passes
+ * forward_outputs = 0 and they are not looked at. */
+static vla_status validate(vla_backend *b, const char *fn, const vla_attn_desc *d, const vla_attn_args *a,
+                           int forward_outputs) {
     if (!d) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "%s: desc is NULL", fn);
     if (!a) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "%s: args is NULL", fn);
     for (int i = 0; i < 8; i++)
@@ -215,14 +224,17 @@ static vla_status validate(vla_backend *b, const vla_attn_desc *d, const vla_att
     if ((a->beta || a->g) && d->mechanism != VLA_MECH_DELTA)
         return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: %s is given but only delta uses it", fn,
                         a->beta ? "beta" : "g");
-    int has_S = d->mechanism != VLA_MECH_SOFTMAX;
-    int has_n = d->mechanism == VLA_MECH_LINEAR || (vla && d->normalize_output);
-    if (!has_S && (a->S_in || a->S_out || a->A_in || a->A_out || a->n_in || a->n_out || a->t0))
+    /* The backward ignores o and the final states: only look at them for the forward. */
+    vla_buffer *const o_arg = forward_outputs ? a->o : NULL, *const S_out = forward_outputs ? a->S_out : NULL;
+    vla_buffer *const A_out = forward_outputs ? a->A_out : NULL, *const n_out = forward_outputs ? a->n_out : NULL;
+    int has_S = mech_has_S(d);
+    int has_n = mech_has_n(d);
+    if (!has_S && (a->S_in || S_out || a->A_in || A_out || a->n_in || n_out || a->t0))
         return vla_fail(b, VLA_ERR_INVALID_COMBINATION,
                         "%s: softmax keeps no state: no S, A, n or t0 (process the sequence in one call)", fn);
-    if (!vla && (a->A_in || a->A_out))
+    if (!vla && (a->A_in || A_out))
         return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: %s keeps no A state (only vla does)", fn, mech);
-    if (!has_n && (a->n_in || a->n_out))
+    if (!has_n && (a->n_in || n_out))
         return vla_fail(b, VLA_ERR_INVALID_COMBINATION,
                         "%s: %s keeps no n state (linear does, and vla with normalize_output)", fn,
                         vla ? "vla without normalize_output" : mech);
@@ -235,14 +247,15 @@ static vla_status validate(vla_backend *b, const vla_attn_desc *d, const vla_att
     if (!qk || !vo || !sA)
         return vla_fail(b, VLA_ERR_INVALID_DIMENSION, "%s: B*T*H*d is too large for this machine's size_t", fn);
     vla_status s;
-    if ((s = check_buffer(b, a->q, "q", qk, 1)) || (s = check_buffer(b, a->k, "k", qk, 1)) ||
-        (s = check_buffer(b, a->v, "v", vo, 1)) || (s = check_buffer(b, a->o, "o", vo, 1)) ||
-        (s = check_buffer(b, a->u, "u", qk, 0)) || (s = check_buffer(b, a->beta, "beta", bt, 0)) ||
-        (s = check_buffer(b, a->g, "g", bt, 0)) || (s = check_buffer(b, a->S_in, "S_in", sS, 0)) ||
-        (s = check_buffer(b, a->S_out, "S_out", sS, 0)) || (s = check_buffer(b, a->A_in, "A_in", sA, 0)) ||
-        (s = check_buffer(b, a->A_out, "A_out", sA, 0)) || (s = check_buffer(b, a->n_in, "n_in", sn, 0)) ||
-        (s = check_buffer(b, a->n_out, "n_out", sn, 0)))
+    if ((s = check_buffer(b, fn, a->q, "q", qk, 1)) || (s = check_buffer(b, fn, a->k, "k", qk, 1)) ||
+        (s = check_buffer(b, fn, a->v, "v", vo, 1)) || (s = check_buffer(b, fn, o_arg, "o", vo, forward_outputs)) ||
+        (s = check_buffer(b, fn, a->u, "u", qk, 0)) || (s = check_buffer(b, fn, a->beta, "beta", bt, 0)) ||
+        (s = check_buffer(b, fn, a->g, "g", bt, 0)) || (s = check_buffer(b, fn, a->S_in, "S_in", sS, 0)) ||
+        (s = check_buffer(b, fn, S_out, "S_out", sS, 0)) || (s = check_buffer(b, fn, a->A_in, "A_in", sA, 0)) ||
+        (s = check_buffer(b, fn, A_out, "A_out", sA, 0)) || (s = check_buffer(b, fn, a->n_in, "n_in", sn, 0)) ||
+        (s = check_buffer(b, fn, n_out, "n_out", sn, 0)))
         return s;
+    if (!forward_outputs) return VLA_OK;
 
     /* Aliasing: outputs are distinct from each other and from every input, except that a
      * state may be updated in place (X_out == X_in). */
@@ -276,7 +289,7 @@ vla_status vla_attention_resolve_algorithm(vla_backend *b, const vla_attn_desc *
     if (!b) return vla_fail(NULL, VLA_ERR_NULL_ARGUMENT, "vla_attention_resolve_algorithm: backend is NULL");
     vla_clear_message(b);
     if (!out) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "vla_attention_resolve_algorithm: out is NULL");
-    vla_status s = validate(b, d, a);
+    vla_status s = validate(b, "vla_attention_forward", d, a, 1);
     if (s != VLA_OK) return s;
     return b->iface->resolve_algorithm(b, d, a, out);
 }
@@ -284,11 +297,100 @@ vla_status vla_attention_resolve_algorithm(vla_backend *b, const vla_attn_desc *
 vla_status vla_attention_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
     if (!b) return vla_fail(NULL, VLA_ERR_NULL_ARGUMENT, "vla_attention_forward: backend is NULL");
     vla_clear_message(b);
-    vla_status s = validate(b, d, a);
+    vla_status s = validate(b, "vla_attention_forward", d, a, 1);
     if (s != VLA_OK) return s;
     vla_attn_desc r = *d;
     s = b->iface->resolve_algorithm(b, d, a, &r.algorithm);
     if (s != VLA_OK) return s;
     resolve_scales(&r, a->dk);
     return b->iface->attention_forward(b, &r, a);
+}
+
+/* ---- the backward op (VLA-MATH 5) ---- */
+
+/* The gradient buffers: sizes, which mechanism and option each needs, backends, aliasing.
+ * Runs after validate(), so the shapes and the desc are known to be valid. */
+static vla_status validate_grads(vla_backend *b, const char *fn, const vla_attn_desc *d, const vla_attn_args *a,
+                                 const vla_attn_grads *g) {
+    if (!g) return vla_fail(b, VLA_ERR_NULL_ARGUMENT, "%s: grads is NULL", fn);
+    const int has_S = mech_has_S(d), has_A = mech_has_A(d), has_n = mech_has_n(d);
+    const char *mech = !has_n && d->mechanism == VLA_MECH_VLA ? "vla without normalize_output" : mech_names[d->mechanism];
+    const vla_status C = VLA_ERR_INVALID_COMBINATION;
+    if (g->dS_end && !has_S)
+        return vla_fail(b, C, "%s: dS_end is given but %s keeps no S state", fn, mech);
+    if (g->dA_end && !has_A) return vla_fail(b, C, "%s: dA_end is given but %s keeps no A state (only vla does)", fn, mech);
+    if (g->dn_end && !has_n)
+        return vla_fail(b, C, "%s: dn_end is given but %s keeps no n state (linear does, and vla with normalize_output)",
+                        fn, mech);
+    if (g->du && !a->u) return vla_fail(b, C, "%s: du is requested but args.u is not given", fn);
+    if (g->dbeta && !a->beta) return vla_fail(b, C, "%s: dbeta is requested but args.beta is not given", fn);
+    if (g->dg && !a->g) return vla_fail(b, C, "%s: dg is requested but args.g is not given", fn);
+    if (g->dS_0 && !has_S) return vla_fail(b, C, "%s: dS_0 is requested but %s keeps no S state", fn, mech);
+    if (g->dA_0 && !has_A)
+        return vla_fail(b, C, "%s: dA_0 is requested but %s keeps no A state (only vla does)", fn, mech);
+    if (g->dn_0 && !has_n)
+        return vla_fail(b, C,
+                        "%s: dn_0 is requested but %s keeps no n state (linear does, and vla with normalize_output)",
+                        fn, mech);
+
+    /* validate() has checked that these products fit a size_t. */
+    const size_t qk = tensor_bytes(a->B, a->T, a->H, a->dk), vo = tensor_bytes(a->B, a->T, a->H, a->dv);
+    const size_t bt = tensor_bytes(a->B, a->T, a->H, 1);
+    const size_t sS = tensor_bytes(a->B, a->H, a->dk, a->dv), sA = tensor_bytes(a->B, a->H, a->dk, a->dk);
+    const size_t sn = tensor_bytes(a->B, a->H, a->dk, 1);
+    const vla_buffer *bufs[] = {g->dO, g->dS_end, g->dA_end, g->dn_end, g->dq, g->dk, g->dv, g->du,
+                                g->dbeta, g->dg, g->dS_0, g->dA_0, g->dn_0};
+    const char *names[] = {"dO", "dS_end", "dA_end", "dn_end", "dq", "dk", "dv", "du",
+                           "dbeta", "dg", "dS_0", "dA_0", "dn_0"};
+    const size_t need[] = {vo, sS, sA, sn, qk, qk, vo, qk, bt, bt, sS, sA, sn};
+    enum { N_GRAD_BUFS = 13, FIRST_GRAD_OUT = 4 };
+    vla_status s;
+    for (int i = 0; i < N_GRAD_BUFS; i++)
+        if ((s = check_buffer(b, fn, bufs[i], names[i], need[i], i == 0))) return s;
+
+    /* Aliasing: every output is its own buffer, distinct from every input (the forward's inputs
+     * and initial states, and the upstream gradients). o and the final states are not touched. */
+    const vla_buffer *in[] = {a->q, a->k, a->v, a->u, a->beta, a->g, a->S_in, a->A_in, a->n_in,
+                              g->dO, g->dS_end, g->dA_end, g->dn_end};
+    const char *in_names[] = {"q", "k", "v", "u", "beta", "g", "S_in", "A_in", "n_in",
+                              "dO", "dS_end", "dA_end", "dn_end"};
+    for (int i = FIRST_GRAD_OUT; i < N_GRAD_BUFS; i++) {
+        if (!bufs[i]) continue;
+        for (int j = 0; j < 13; j++)
+            if (in[j] && bufs[i] == in[j])
+                return vla_fail(b, VLA_ERR_ALIASING, "%s: output %s is the same buffer as input %s", fn, names[i],
+                                in_names[j]);
+        for (int j = i + 1; j < N_GRAD_BUFS; j++)
+            if (bufs[j] == bufs[i])
+                return vla_fail(b, VLA_ERR_ALIASING, "%s: outputs %s and %s are the same buffer", fn, names[i],
+                                names[j]);
+    }
+    return VLA_OK;
+}
+
+vla_status vla_attention_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
+                                  const vla_attn_grads *g) {
+    const char *fn = "vla_attention_backward";
+    if (!b) return vla_fail(NULL, VLA_ERR_NULL_ARGUMENT, "%s: backend is NULL", fn);
+    vla_clear_message(b);
+    vla_status s = validate(b, fn, d, a, 0);
+    if (s != VLA_OK) return s;
+    if ((s = validate_grads(b, fn, d, a, g))) return s;
+    if (!b->iface->attention_backward)
+        return vla_fail(b, VLA_ERR_UNSUPPORTED, "%s: the %s backend has no backward op", fn, b->name);
+
+    /* The backward's algorithms: softmax's fused one, and the sequential and chunked forms (every
+     * algorithm computes the same gradient). AUTO takes what the forward would run, with the scans
+     * mapped to the chunked form they are built on. */
+    vla_attn_desc r = *d;
+    if (r.algorithm == VLA_ALGO_AUTO) {
+        if ((s = b->iface->resolve_algorithm(b, d, a, &r.algorithm))) return s;
+        if (r.algorithm == VLA_ALGO_SCAN || r.algorithm == VLA_ALGO_TWO_LEVEL) r.algorithm = VLA_ALGO_CHUNKED;
+    } else if (r.algorithm == VLA_ALGO_SCAN || r.algorithm == VLA_ALGO_TWO_LEVEL) {
+        return vla_fail(b, VLA_ERR_UNSUPPORTED,
+                        "%s: algorithm '%s': the backward runs sequential and chunked forms (and fused for softmax)",
+                        fn, algo_names[r.algorithm]);
+    }
+    resolve_scales(&r, a->dk);
+    return b->iface->attention_backward(b, &r, a, g);
 }

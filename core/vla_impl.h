@@ -36,6 +36,8 @@ typedef struct vla_backend_iface {
      * or CHUNKED, or FUSED for softmax). NULL: VLA_ERR_UNSUPPORTED. */
     vla_status (*attention_backward)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
                                      const vla_attn_grads *g);
+    /* Optional: the nn ops of vla/nn.h (core/nn_impl.h). NULL: VLA_ERR_UNSUPPORTED. */
+    const struct vla_nn_iface *nn;
 
     void (*close)(vla_backend *b);
 } vla_backend_iface;

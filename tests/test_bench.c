@@ -1,11 +1,12 @@
-/* vla-bench's arithmetic (tools/bench_count.c): FLOP and byte counts against hand counts on a
- * tiny shape, the scan's combination count, the crossover interpolation and the slope fit on
+/* vla-bench's arithmetic (tools/bench_count.c): FLOP and byte counts (forward and backward)
+ * against hand counts on a tiny shape, the scan's combination count, the crossover interpolation and the slope fit on
  * synthetic timings with known answers, and the budget's time estimate. */
 #include "bench_count.h"
 
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The tiny shape: B = 1, H = 2, T = 5, dk = K = 3, dv = V = 2, chunks of C = 2 tokens, so
  * chunks of 2, 2 and 1 tokens. Hand counts below are multiply-adds (MACs) per head; the
@@ -149,6 +150,120 @@ START_TEST(counts_scale) {
 }
 END_TEST
 
+/* The backward's counts (vla-bench --backward), by hand on the tiny shape from the operations of
+ * backends/cpu/cpu_grad_*.c. Chunks of 2, 2 and 1 tokens; the last chunk (1 token) is not
+ * stepped forward twice, so the token-by-token forms step 2T - 1 = 9 tokens forward. */
+static void check_bwd(vla_mechanism m, vla_algorithm a, double per_head) {
+    const double macs = bench_bwd_macs(m, a, &tiny);
+    ck_assert_msg(fabs(macs - HEADS * per_head) < 1e-9, "%s/%s backward: %g MACs, hand count %g",
+                  vla_mechanism_name(m), vla_algorithm_name(a), macs, HEADS * per_head);
+    ck_assert(fabs(bench_bwd_flops(m, a, &tiny) - 2 * macs) < 1e-9);
+    ck_assert(bench_bwd_defined(m, a));
+}
+
+START_TEST(bwd_counts) {
+    /* Softmax: 15 causal pairs; per pair Q K^T three times (3 * 3), dO V^T twice (2 * 2), dP K,
+     * dP^T Q (2 * 3), P V, P^T dO (2 * 2): 23. */
+    check_bwd(VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, 15 * 23);
+    /* Linear sequential: 9 forward steps of ST += k v^T (6); per token num = ST^T q, dST += q dnum^T,
+     * ST dnum, dST e, dST^T k (5 * 6). */
+    check_bwd(VLA_MECH_LINEAR, VLA_ALGO_SEQUENTIAL, 9 * 6 + 5 * 30);
+    /* Delta sequential: 9 forward steps of e = ST^T k and ST += w e^T (12); per token dST += q dnum^T,
+     * ST dnum, dST e, dST^T k, dST -= k de^T, ST_{t-1} de (6 * 6). */
+    check_bwd(VLA_MECH_DELTA, VLA_ALGO_SEQUENTIAL, 9 * 12 + 5 * 36);
+    /* VLA sequential: 9 forward steps of the A part (z = A u 9, u.z 3, A -= z z^T 9, A k 9, |y|^2 3)
+     * and the S part (12): 45; per token S adjoint 7 * 6 and A adjoint (a.da 3, seven K x K
+     * products 63, z^T G z 3): 111. */
+    check_bwd(VLA_MECH_VLA, VLA_ALGO_SEQUENTIAL, 9 * 45 + 5 * 111);
+    /* Linear chunked, a chunk of c: forward QS = Q ST0 (6c), Pq = Q W^T (3c^2), ST_end (6c);
+     * recompute QS, Pq, O = Pm E (2c^2); VJP W dST, E dST^T, dO ST0^T, Q^T dO (4 * 6c),
+     * Pm^T dO, dO E^T (2 * 2c^2), G W, G^T Q (2 * 3c^2). Term by term, forward + recompute + VJP:
+     *   c = 2: (12 + 12 + 12) + (12 + 12 + 8) + (48 + 16 + 24) = 156
+     *   c = 1: (6 + 3 + 6) + (6 + 3 + 2) + (24 + 4 + 6) = 60 */
+    const double lin2 = (12 + 12 + 12) + (12 + 12 + 8) + (48 + 16 + 24);
+    const double lin1 = (6 + 3 + 6) + (6 + 3 + 2) + (24 + 4 + 6);
+    check_bwd(VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, 2 * lin2 + lin1);
+    /* Delta chunked, a chunk of c: forward KS (6c), Lr (3c^2), solve (c(c-1)/2 * 2), QS (6c),
+     * Pq (3c^2), ST_end (6c); recompute the same without ST_end; VJP as linear's plus the
+     * back substitution, dB E^T (2c^2), G W, G^T Kr (2 * 3c^2), dB ST0^T, Kr^T dB (2 * 6c).
+     *   c = 2: forward 12 + 12 + 2 + 12 + 12 + 12 = 62, recompute 50, VJP 88 + 2 + 8 + 24 + 24 = 146
+     *   c = 1: forward 6 + 3 + 0 + 6 + 3 + 6 = 24, recompute 18, VJP 34 + 0 + 2 + 6 + 12 = 54 */
+    const double del2 = 62 + 50 + 146, del1 = 24 + 18 + 54;
+    check_bwd(VLA_MECH_DELTA, VLA_ALGO_CHUNKED, 2 * del2 + del1);
+    /* VLA chunked: the S part as delta's; the A part token by token, 9 forward steps (33) and 5
+     * adjoint steps (69). */
+    check_bwd(VLA_MECH_VLA, VLA_ALGO_CHUNKED, 2 * del2 + del1 + 9 * 33 + 5 * 69);
+    /* Not in the backward: scan, two-level, AUTO; softmax has fused only. */
+    ck_assert(bench_bwd_macs(VLA_MECH_VLA, VLA_ALGO_SCAN, &tiny) == 0);
+    ck_assert(!bench_bwd_defined(VLA_MECH_VLA, VLA_ALGO_SCAN));
+    ck_assert(bench_bwd_macs(VLA_MECH_VLA, VLA_ALGO_TWO_LEVEL, &tiny) == 0);
+    ck_assert(bench_bwd_macs(VLA_MECH_DELTA, VLA_ALGO_AUTO, &tiny) == 0);
+    ck_assert(!bench_bwd_defined(VLA_MECH_SOFTMAX, VLA_ALGO_CHUNKED));
+
+    /* Bytes, floats a head, 4 bytes each, 2 heads: the walk reads q, k, v, dO (5 * 10), the
+     * outputs dq, dk, dv (5 * 8); the recurrent forms' forward pass reads k, v (5 * 5) and
+     * writes and reads 3 checkpoints. */
+    const double f = 4 * HEADS;
+    ck_assert(fabs(bench_bwd_bytes(VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, &tiny) - f * (50 + 40 + 4 * 5)) < 1e-9);
+    /* linear sequential: checkpoints of S and n (6 + 3), written and read: 2 * 3 * 9 */
+    ck_assert(fabs(bench_bwd_bytes(VLA_MECH_LINEAR, VLA_ALGO_SEQUENTIAL, &tiny) - f * (25 + 50 + 40 + 54)) < 1e-9);
+    /* linear chunked: checkpoints of S; the prefix n_t (5 * 3) written and read */
+    ck_assert(fabs(bench_bwd_bytes(VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, &tiny) - f * (25 + 50 + 40 + 36 + 30)) < 1e-9);
+    ck_assert(fabs(bench_bwd_bytes(VLA_MECH_DELTA, VLA_ALGO_CHUNKED, &tiny) - f * (25 + 50 + 40 + 36)) < 1e-9);
+    /* vla: checkpoints of S and A (6 + 9); with u given, u read twice and du written (3 * 15) */
+    ck_assert(fabs(bench_bwd_bytes(VLA_MECH_VLA, VLA_ALGO_SEQUENTIAL, &tiny) - f * (25 + 50 + 40 + 90)) < 1e-9);
+    bench_shape u = tiny;
+    u.has_u = 1;
+    ck_assert(fabs(bench_bwd_bytes(VLA_MECH_VLA, VLA_ALGO_CHUNKED, &u) - f * (25 + 50 + 40 + 90 + 45)) < 1e-9);
+    ck_assert(bench_bwd_bytes(VLA_MECH_VLA, VLA_ALGO_SCAN, &tiny) == 0);
+
+    /* About linear in T for the recurrent forms (2x a doubling, but for the last chunk, which is
+     * stepped forward once), about 4x a doubling for softmax. */
+    bench_shape s = {.B = 2, .H = 4, .T = 4096, .dk = 64, .dv = 64, .chunk = 64}, s2 = s;
+    s2.T = 8192;
+    const double rv = bench_bwd_flops(VLA_MECH_VLA, VLA_ALGO_CHUNKED, &s2) / bench_bwd_flops(VLA_MECH_VLA, VLA_ALGO_CHUNKED, &s);
+    ck_assert(fabs(rv - 2) < 1e-2);
+    const double r = bench_bwd_flops(VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, &s2) /
+                     bench_bwd_flops(VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, &s);
+    ck_assert(r > 3.99 && r < 4.0);
+}
+END_TEST
+
+/* The counts of vla-bench --targets (the CUDA kernels as executed: full chunks of C = 64),
+ * by hand from the formulas printed beside each row. */
+START_TEST(target_counts) {
+    /* Softmax, T = 4, K = V = 2, 3 heads: 10 causal pairs of K + V MACs; q, k, v, o. */
+    bench_target_count c = bench_count_target(VLA_MECH_SOFTMAX, VLA_ALGO_FUSED, 4, 2, 2, 3, 0);
+    ck_assert_msg(fabs(c.flop - 2 * 10 * 4 * 3) < 1e-9, "softmax %g FLOP", c.flop);
+    ck_assert_msg(fabs(c.bytes - 4 * 4 * 8 * 3) < 1e-9, "softmax %g bytes", c.bytes);
+    ck_assert(c.formula && c.formula[0]);
+    /* Linear chunked, T = 100 (two chunks, the second counted full), K = V = 2, one head:
+     * 2 * 2 (2 C K V + C^2 (K + V)) = 4 (512 + 16384); bytes 4 T (2K + 2V) + 4 (K V + K). */
+    c = bench_count_target(VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, 100, 2, 2, 1, 0);
+    ck_assert_msg(fabs(c.flop - 4.0 * (512 + 16384)) < 1e-9, "linear %g FLOP", c.flop);
+    ck_assert_msg(fabs(c.bytes - (3200 + 24)) < 1e-9, "linear %g bytes", c.bytes);
+    /* Delta chunked, one chunk, K = V = 2: 2 (3 C K V + 2 C^2 K + 1.5 C^2 V) = 2 (768 + 16384 + 12288). */
+    c = bench_count_target(VLA_MECH_DELTA, VLA_ALGO_CHUNKED, 64, 2, 2, 1, 0);
+    ck_assert_msg(fabs(c.flop - 2.0 * (768 + 16384 + 12288)) < 1e-9, "delta %g FLOP", c.flop);
+    /* The decode step (VLA sequential at T = 1), K = V = 4, 2 heads: 2 (3 K^2 + 3 K V) per head. */
+    c = bench_count_target(VLA_MECH_VLA, VLA_ALGO_SEQUENTIAL, 1, 4, 4, 2, 0);
+    ck_assert_msg(fabs(c.flop - 2 * 2 * (48 + 48)) < 1e-9, "vla decode %g FLOP", c.flop);
+    /* VLA chunked: u given adds K A0, K Z^T and M Z, C K^2 + 2 C^2 K MACs a chunk; the bytes
+     * are the same. One chunk, K = V = 2, 2 heads. */
+    const bench_target_count g = bench_count_target(VLA_MECH_VLA, VLA_ALGO_CHUNKED, 64, 2, 2, 2, 1);
+    c = bench_count_target(VLA_MECH_VLA, VLA_ALGO_CHUNKED, 64, 2, 2, 2, 0);
+    ck_assert_msg(fabs((g.flop - c.flop) - 2 * 2 * (64 * 4 + 2 * 4096 * 2)) < 1e-6, "u given adds %g FLOP",
+                  g.flop - c.flop);
+    ck_assert(g.bytes == c.bytes && strcmp(g.formula, c.formula) != 0);
+    /* Every VLA algorithm the targets time has a count and a formula. */
+    const vla_algorithm algos[] = {VLA_ALGO_SEQUENTIAL, VLA_ALGO_SCAN, VLA_ALGO_CHUNKED, VLA_ALGO_TWO_LEVEL};
+    for (int i = 0; i < 4; i++) {
+        c = bench_count_target(VLA_MECH_VLA, algos[i], 2048, 32, 32, 4, 0);
+        ck_assert_msg(c.flop > 0 && c.bytes > 0 && c.formula[0], "%s", vla_algorithm_name(algos[i]));
+    }
+}
+END_TEST
+
 /* Synthetic timings: linear series c1 * T, softmax c2 * T^2, crossing at T = c1 / c2. */
 START_TEST(crossover_power_laws) {
     double T[8], lin[8], soft[8];
@@ -245,6 +360,8 @@ static Suite *bench_suite(void) {
     tcase_add_test(c, scan_combines);
     tcase_add_test(c, bytes_counts);
     tcase_add_test(c, counts_scale);
+    tcase_add_test(c, target_counts);
+    tcase_add_test(c, bwd_counts);
     suite_add_tcase(s, c);
     TCase *m = tcase_create("math");
     tcase_add_test(m, crossover_power_laws);

@@ -3,8 +3,9 @@
  * dk != dv, T not a multiple of the chunk, chunk sizes 1..>T, dk and dv from 1 to 256 (working
  * arrays that do not fit shared memory), u, beta, g, the paper preset, R = 4 / rho = 0.5 with
  * t0, initial states and in-place state updates; decoding one token at a time with carried
- * states; streaming in two pieces; long sequences (1e-5 at T <= 1024, 1e-4 beyond); and the
- * statuses specific to this backend.
+ * states; streaming in two pieces; long sequences (1e-5 at T <= 1024, 1e-4 beyond); the backward
+ * op (tcase "backward": every gradient against the CPU backend's and ref64's, 1e-4 per tensor); and
+ * the statuses specific to this backend.
  *
  * Needs a CUDA device: without one it prints why and exits 77, which CTest reports as skipped
  * (SKIP_RETURN_CODE 77), never as passed. It never forks (STYLE.md: CUDA must not be
@@ -104,8 +105,8 @@ static const cu_case cases[] = {
      .with_g = 1},
     {.name = "delta C4 T300 beta walk segments", .mech = DE, .B = 1, .T = 300, .H = 1, .dk = 16, .dv = 24, .chunk = 4,
      .with_beta = 1},
-    /* 45 chunks of 4, dv odd: the plain walk at dk <= 32 (walk_quad_kernel, seven steps of P in flight
-     * since session 19) over more steps than its unrolled groups of eight, ending inside one, and a
+    /* 45 chunks of 4, dv odd: the plain walk at dk <= 32 (walk_quad_kernel, seven steps of P in flight)
+     * over more steps than its unrolled groups of eight, ending inside one, and a
      * last column pair with one live column */
     {.name = "delta C4 T180 H2 dk24 dv31 beta, plain walk of 45 steps", .mech = DE, .B = 1, .T = 180, .H = 2,
      .dk = 24, .dv = 31, .chunk = 4, .with_beta = 1, .with_states = 1},
@@ -135,12 +136,12 @@ static const cu_case cases[] = {
     {.name = "vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
      .lambda0 = 1.0},
     /* u = s_u k^ with s_u != 1 on the chunk-parallel form, whose A part then takes a_t from Z's rows
-     * over s_u L_tt (session 23), and A0 = I / lambda0 small enough that ||A_t k^_t|| < eps all along
+     * over s_u L_tt, and A0 = I / lambda0 small enough that ||A_t k^_t|| < eps all along
      * (the normalisation's clamp binds: a_t = A_t k^_t / eps, which that prescale keeps exact) */
     {.name = "vla s_u 0.3 T150 dk32 dv24", .mech = VL, .B = 1, .T = 150, .H = 2, .dk = 32, .dv = 24, .su = 0.3},
     /* (chunked alone: scan and two-level, float32 products of per-token or per-chunk maps, reached
      * 1.25e-5 against the float64 reference here on the H200, and as far from the CPU backend's
-     * result (session 23 run 4); with the default s_u = 1 they stay within 1e-5) */
+     * result; with the default s_u = 1 they stay within 1e-5) */
     {.name = "vla s_u 3 T200 dk64 dv64", .mech = VL, .B = 1, .T = 200, .H = 2, .dk = 64, .dv = 64, .su = 3.0,
      .only = VLA_ALGO_CHUNKED},
     {.name = "vla lambda0 3e4 T150 dk32 (eps clamp binds)", .mech = VL, .B = 1, .T = 150, .H = 2, .dk = 32, .dv = 32,
@@ -183,7 +184,7 @@ static const cu_case cases[] = {
     {.name = "vla two-level seg5 C16 dk64 dv32 normalised", .mech = VL, .B = 1, .T = 200, .H = 2, .dk = 64, .dv = 32,
      .chunk = 16, .seg = 5, .elu1 = 1, .norm = 1, .only = TL},
     /* 134 heads at dk = 64: the plain walk on 32 value columns a block (walk_kernel<64, 32>, whose
-     * loads and stores go 16 bytes at a time where dv is a multiple of 4, session 25): dv = 60, the
+     * loads and stores go 16 bytes at a time where dv is a multiple of 4): dv = 60, the
      * second block 28 columns wide; dv = 62, 4 bytes at a time. (Last, so that the cases above keep
      * their seeds.) */
     {.name = "vla B2 H67 dk64 dv60 T70 states (walk, 16-byte moves)", .mech = VL, .B = 2, .T = 70, .H = 67, .dk = 64,
@@ -834,6 +835,391 @@ START_TEST(test_out_of_memory) {
 }
 END_TEST
 
+/* ---- the backward op (VLA-MATH 5) against the CPU backend's ----
+ * Every gradient the forward has, on random inputs with random upstream gradients (dO and, with
+ * `up`, dS_end, dA_end, dn_end), against the CPU backend's sequential backward (double inside, itself
+ * checked against finite differences by test_grad_cpu) and, where the shapes are small, ref64's:
+ * 1e-4 norm-wise per tensor (VLA-MATH 5's target for float32 gradients); every requested element
+ * written (outputs poisoned first). A gradient that vanishes in exact arithmetic, or nearly does by
+ * cancellation, is measured on the scale of the call's gradients instead of its own: the error norm
+ * over max(||ref||, f G sqrt(n)), G the largest RMS of the call's reference gradients, f = 1e-6, or
+ * 1e-3 for the tensors a case lists in `cancel` (linear attention's dq at dk = 1 is O(eps): q~ cancels
+ * from S_t q~ / (q~ n_t + eps) but for eps; VLA's dS_0 at dk = 1 is 0, a_t = +-k^_t making
+ * 1 - a_t k^_t vanish, and float32 leaves rounding there). The recurrent backward's checkpoint interval is the descriptor's
+ * chunk: cases with T not a multiple of it, refresh points inside chunks and on their last token, and
+ * t0 > 0 with states in. */
+
+typedef struct bw_case {
+    const char *name;
+    vla_mechanism mech;
+    int B, T, H, dk, dv;
+    int64_t t0;
+    int chunk, paper;
+    double lambda0;
+    int R;
+    double rho;
+    int elu1, norm;
+    double scale, su;
+    int with_u, with_beta, with_g, g_zeros, states, up;
+    unsigned cancel;    /* (1 << BX_*): gradients that vanish by cancellation (above) */
+    vla_algorithm algo; /* AUTO when 0 */
+    int big;            /* not in quick runs; smaller T in the emulator */
+} bw_case;
+
+static const bw_case bw_cases[] = {
+    /* ---- softmax ---- */
+    {.name = "bwd softmax T=1", .mech = SM, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
+    {.name = "bwd softmax B2 T37 H3 dk16 dv24", .mech = SM, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24},
+    {.name = "bwd softmax T150 H2 dk64 dv48 (tiles)", .mech = SM, .B = 1, .T = 150, .H = 2, .dk = 64, .dv = 48},
+    {.name = "bwd softmax dk1 dv1", .mech = SM, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1},
+    {.name = "bwd softmax dk5 dv3 scale 0.5", .mech = SM, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .scale = 0.5},
+    {.name = "bwd softmax dk256 dv256 T70", .mech = SM, .B = 1, .T = 70, .H = 1, .dk = 256, .dv = 256},
+    /* ---- linear ---- */
+    {.name = "bwd linear T=1 states", .mech = LI, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8, .states = 1},
+    {.name = "bwd linear B2 T37 H3 dk16 dv24 C16 states up", .mech = LI, .B = 2, .T = 37, .H = 3, .dk = 16,
+     .dv = 24, .chunk = 16, .states = 1, .up = 1},
+    {.name = "bwd linear dk1 dv1 C4 states up", .mech = LI, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4,
+     .states = 1, .up = 1, .cancel = 1u << 0 /* dq */},
+    {.name = "bwd linear C50 > T", .mech = LI, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 50},
+    {.name = "bwd linear dk256 dv200 T40 C16 states up", .mech = LI, .B = 1, .T = 40, .H = 1, .dk = 256, .dv = 200,
+     .chunk = 16, .states = 1, .up = 1},
+    /* ---- delta ---- */
+    {.name = "bwd delta T=1 beta g", .mech = DE, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8, .with_beta = 1,
+     .with_g = 1},
+    {.name = "bwd delta B2 T37 H3 dk16 dv24 C16 beta g states up", .mech = DE, .B = 2, .T = 37, .H = 3, .dk = 16,
+     .dv = 24, .chunk = 16, .with_beta = 1, .with_g = 1, .states = 1, .up = 1},
+    {.name = "bwd delta no beta no g C16", .mech = DE, .B = 1, .T = 37, .H = 2, .dk = 16, .dv = 16, .chunk = 16},
+    {.name = "bwd delta g with exact zeros C16", .mech = DE, .B = 1, .T = 45, .H = 2, .dk = 12, .dv = 8, .chunk = 16,
+     .with_beta = 1, .with_g = 1, .g_zeros = 1, .up = 1},
+    {.name = "bwd delta elu1 states C7", .mech = DE, .B = 2, .T = 37, .H = 2, .dk = 12, .dv = 10, .chunk = 7,
+     .with_beta = 1, .with_g = 1, .states = 1, .elu1 = 1, .up = 1},
+    {.name = "bwd delta dk1 dv1 C4", .mech = DE, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4,
+     .with_beta = 1, .with_g = 1, .states = 1, .up = 1},
+    {.name = "bwd delta dk200 dv256 T40 C16 beta g", .mech = DE, .B = 1, .T = 40, .H = 1, .dk = 200, .dv = 256,
+     .chunk = 16, .with_beta = 1, .with_g = 1, .states = 1, .up = 1},
+    /* ---- vla ---- */
+    {.name = "bwd vla T=1", .mech = VL, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
+    {.name = "bwd vla B2 T37 H3 dk16 dv24 C16", .mech = VL, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24,
+     .chunk = 16},
+    {.name = "bwd vla dk5 dv3 C8 states up", .mech = VL, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .chunk = 8,
+     .states = 1, .up = 1},
+    {.name = "bwd vla dk1 dv1 C4 states up", .mech = VL, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4,
+     .states = 1, .up = 1, .cancel = 1u << 6 /* dS_0 */},
+    {.name = "bwd vla dk1 dv7 u states", .mech = VL, .B = 1, .T = 9, .H = 1, .dk = 1, .dv = 7, .chunk = 4,
+     .with_u = 1, .states = 1, .up = 1, .cancel = 1u << 6 /* dS_0 */},
+    {.name = "bwd vla u s_u 0.5 C16 up", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24, .chunk = 16,
+     .with_u = 1, .su = 0.5, .up = 1},
+    {.name = "bwd vla s_u 0.7 (u = s_u k^) states up", .mech = VL, .B = 1, .T = 30, .H = 2, .dk = 12, .dv = 8,
+     .chunk = 8, .su = 0.7, .states = 1, .up = 1},
+    /* refresh points inside chunks (R = 4, C = 16) and on a chunk's last token (R = C = 8) */
+    {.name = "bwd vla R4 rho0.5 t0=3 u C16 states up", .mech = VL, .B = 2, .T = 45, .H = 2, .dk = 8, .dv = 12,
+     .chunk = 16, .t0 = 3, .R = 4, .rho = 0.5, .with_u = 1, .states = 1, .up = 1},
+    {.name = "bwd vla R8 rho0.2 C8 (refresh at chunk ends) up", .mech = VL, .B = 1, .T = 43, .H = 2, .dk = 8,
+     .dv = 6, .chunk = 8, .R = 8, .rho = 0.2, .up = 1},
+    {.name = "bwd vla R5 rho0.5 t0=5000000003 states", .mech = VL, .B = 1, .T = 45, .H = 2, .dk = 8, .dv = 12,
+     .chunk = 16, .t0 = 5000000003LL, .R = 5, .rho = 0.5, .states = 1, .up = 1},
+    {.name = "bwd vla elu1 normalised C16 states up", .mech = VL, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24,
+     .chunk = 16, .elu1 = 1, .norm = 1, .states = 1, .up = 1},
+    {.name = "bwd vla paper + u + states t0=7 up", .mech = VL, .B = 1, .T = 61, .H = 2, .dk = 16, .dv = 12,
+     .chunk = 16, .paper = 1, .with_u = 1, .states = 1, .t0 = 7, .up = 1},
+    {.name = "bwd vla paper, no u, chunked", .mech = VL, .B = 1, .T = 50, .H = 1, .dk = 16, .dv = 16, .chunk = 16,
+     .paper = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd vla lambda0 1 C16", .mech = VL, .B = 1, .T = 40, .H = 2, .dk = 12, .dv = 12, .chunk = 16,
+     .lambda0 = 1.0, .up = 1},
+    {.name = "bwd vla C1 states up", .mech = VL, .B = 1, .T = 21, .H = 2, .dk = 8, .dv = 12, .chunk = 1, .states = 1,
+     .up = 1},
+    {.name = "bwd vla C50 > T sequential", .mech = VL, .B = 1, .T = 37, .H = 2, .dk = 8, .dv = 12, .chunk = 50,
+     .algo = VLA_ALGO_SEQUENTIAL},
+    {.name = "bwd vla T150 dk64 dv64 u", .mech = VL, .B = 1, .T = 150, .H = 2, .dk = 64, .dv = 64, .with_u = 1,
+     .up = 1},
+    {.name = "bwd vla dk256 dv16 T20 C8 states up", .mech = VL, .B = 1, .T = 20, .H = 1, .dk = 256, .dv = 16,
+     .chunk = 8, .states = 1, .up = 1},
+    {.name = "bwd vla dk8 dv256 T30 C8 paper + u", .mech = VL, .B = 1, .T = 30, .H = 1, .dk = 8, .dv = 256,
+     .chunk = 8, .paper = 1, .with_u = 1, .up = 1},
+    {.name = "bwd vla dk256 dv256 T12 C5 u states up", .mech = VL, .B = 1, .T = 12, .H = 1, .dk = 256, .dv = 256,
+     .chunk = 5, .with_u = 1, .states = 1, .up = 1},
+    /* long pieces: VLA-MATH 5's 1e-4 for float32 at lambda0 = 0.1, T up to 4096 (1024 in the emulator) */
+    {.name = "bwd long vla T4096 dk64 dv64 C64 up", .mech = VL, .B = 1, .T = 4096, .H = 1, .dk = 64, .dv = 64,
+     .chunk = 64, .up = 1, .big = 1},
+    {.name = "bwd long vla paper T4096 dk32 dv32 u states up", .mech = VL, .B = 1, .T = 4096, .H = 2, .dk = 32,
+     .dv = 32, .chunk = 64, .paper = 1, .with_u = 1, .states = 1, .up = 1, .big = 1},
+    {.name = "bwd long delta T4096 dk64 dv64 beta g up", .mech = DE, .B = 1, .T = 4096, .H = 1, .dk = 64, .dv = 64,
+     .chunk = 64, .with_beta = 1, .with_g = 1, .up = 1, .big = 1},
+    {.name = "bwd long linear T4096 dk64 dv64 up", .mech = LI, .B = 1, .T = 4096, .H = 1, .dk = 64, .dv = 64,
+     .chunk = 64, .states = 1, .up = 1, .big = 1},
+    {.name = "bwd long softmax T2048 dk64 dv64", .mech = SM, .B = 1, .T = 2048, .H = 1, .dk = 64, .dv = 64,
+     .big = 1},
+};
+#define N_BW ((int)(sizeof bw_cases / sizeof bw_cases[0]))
+
+enum { BX_Q, BX_K, BX_V, BX_U, BX_BETA, BX_G, BX_S0, BX_A0, BX_N0, BX_N };
+enum { BU_DO, BU_DS, BU_DA, BU_DN, BU_N };
+static const char *const bw_names[BX_N] = {"dq", "dk", "dv", "du", "dbeta", "dg", "dS_0", "dA_0", "dn_0"};
+
+typedef struct bw_problem {
+    vla_attn_desc d;
+    int B, T, H, dk, dv;
+    int64_t t0;
+    size_t n[BX_N], nup[BU_N];
+    float *x[BX_N], *up[BU_N]; /* NULL where not used */
+} bw_problem;
+
+/* Away from elu's kink at 0 (its two sides differ in float32 rounding only, but a gradient there is
+ * a convention). */
+static void bw_away_from_zero(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i]) < 0.05f) x[i] = x[i] < 0 ? -0.05f - x[i] : 0.05f + x[i];
+}
+
+static void bw_make(const bw_case *c, int T, uint64_t seed, bw_problem *p) {
+    memset(p, 0, sizeof *p);
+    ck_assert_int_eq(vla_attn_desc_init(&p->d, c->mech), VLA_OK);
+    if (c->paper) ck_assert_int_eq(vla_attn_desc_preset(&p->d, "paper"), VLA_OK);
+    if (c->chunk) p->d.chunk = c->chunk;
+    if (c->lambda0 > 0) p->d.lambda0 = c->lambda0;
+    if (c->R) p->d.refresh = c->R, p->d.refresh_size = c->rho;
+    if (c->elu1) p->d.feature_map = VLA_FMAP_ELU1;
+    if (c->norm) p->d.normalize_output = 1;
+    if (c->scale > 0) p->d.scale = c->scale;
+    if (c->su > 0) p->d.u_scale = c->su;
+    p->d.algorithm = c->algo;
+    p->B = c->B, p->T = T, p->H = c->H, p->dk = c->dk, p->dv = c->dv, p->t0 = c->t0;
+    const size_t BTH = (size_t)c->B * T * c->H, BH = (size_t)c->B * c->H;
+    const size_t nqk = BTH * c->dk, nvo = BTH * c->dv;
+    const size_t ns[BX_N] = {nqk, nqk, nvo, nqk, BTH, BTH, BH * c->dk * c->dv, BH * c->dk * c->dk, BH * c->dk};
+    memcpy(p->n, ns, sizeof ns);
+    const size_t nu[BU_N] = {nvo, ns[BX_S0], ns[BX_A0], ns[BX_N0]};
+    memcpy(p->nup, nu, sizeof nu);
+    tu_rng r;
+    tu_seed(&r, seed);
+    p->x[BX_Q] = tu_randn_new(&r, nqk), p->x[BX_K] = tu_randn_new(&r, nqk), p->x[BX_V] = tu_randn_new(&r, nvo);
+    bw_away_from_zero(p->x[BX_Q], nqk), bw_away_from_zero(p->x[BX_K], nqk);
+    if (c->with_u) p->x[BX_U] = tu_randn_new(&r, nqk);
+    if (c->with_beta) {
+        p->x[BX_BETA] = malloc(BTH * sizeof(float));
+        tu_randu(&r, p->x[BX_BETA], BTH, 0.2f, 1.0f);
+    }
+    if (c->with_g) {
+        p->x[BX_G] = malloc(BTH * sizeof(float));
+        tu_randu(&r, p->x[BX_G], BTH, 0.5f, 1.0f);
+        if (c->g_zeros)
+            for (size_t i = 3; i < BTH; i += 7) p->x[BX_G][i] = 0.0f;
+    }
+    const vla_attn_desc *d = &p->d;
+    if (c->states && tu_has_S(d)) p->x[BX_S0] = tu_rand_S0(&r, c->B, c->H, c->dk, c->dv);
+    if (c->states && tu_has_A(d)) p->x[BX_A0] = tu_rand_A0(&r, c->B, c->H, c->dk, d->lambda0);
+    if (c->states && tu_has_n(d)) p->x[BX_N0] = tu_rand_n0(&r, c->B, c->H, c->dk);
+    p->up[BU_DO] = tu_randn_new(&r, nvo);
+    if (c->up && tu_has_S(d)) p->up[BU_DS] = tu_randn_new(&r, ns[BX_S0]);
+    if (c->up && tu_has_A(d)) p->up[BU_DA] = tu_randn_new(&r, ns[BX_A0]);
+    if (c->up && tu_has_n(d)) p->up[BU_DN] = tu_randn_new(&r, ns[BX_N0]);
+}
+
+static void bw_free(bw_problem *p) {
+    for (int i = 0; i < BX_N; i++) free(p->x[i]);
+    for (int i = 0; i < BU_N; i++) free(p->up[i]);
+}
+
+/* Every gradient of an input the forward uses (states: every one the mechanism has). */
+static unsigned bw_all(const bw_problem *p) {
+    unsigned w = 1u << BX_Q | 1u << BX_K | 1u << BX_V;
+    if (p->x[BX_U]) w |= 1u << BX_U;
+    if (p->x[BX_BETA]) w |= 1u << BX_BETA;
+    if (p->x[BX_G]) w |= 1u << BX_G;
+    if (tu_has_S(&p->d)) w |= 1u << BX_S0;
+    if (tu_has_A(&p->d)) w |= 1u << BX_A0;
+    if (tu_has_n(&p->d)) w |= 1u << BX_N0;
+    return w;
+}
+
+/* The backward on `be` with algorithm `algo`, the outputs in `want` poisoned first; out[i] malloc'ed
+ * (downloaded) for each requested i, unwritten[i] the poison left. */
+static vla_status bw_run(vla_backend *be, const bw_problem *p, vla_algorithm algo, unsigned want, float *out[BX_N],
+                         size_t unwritten[BX_N]) {
+    vla_attn_desc d = p->d;
+    d.algorithm = algo;
+    vla_buffer *xb[BX_N] = {0}, *ub[BU_N] = {0}, *gb[BX_N] = {0};
+    for (int i = 0; i < BX_N; i++)
+        if (p->x[i]) xb[i] = tu_buf_from(be, p->x[i], p->n[i]);
+    for (int i = 0; i < BU_N; i++)
+        if (p->up[i]) ub[i] = tu_buf_from(be, p->up[i], p->nup[i]);
+    for (int i = 0; i < BX_N; i++)
+        if (want >> i & 1) gb[i] = tu_buf_new(be, p->n[i]);
+    vla_attn_args a = {.B = p->B, .T = p->T, .H = p->H, .dk = p->dk, .dv = p->dv, .t0 = p->t0};
+    a.q = xb[BX_Q], a.k = xb[BX_K], a.v = xb[BX_V], a.u = xb[BX_U], a.beta = xb[BX_BETA], a.g = xb[BX_G];
+    a.S_in = xb[BX_S0], a.A_in = xb[BX_A0], a.n_in = xb[BX_N0];
+    vla_attn_grads g = {.dO = ub[BU_DO], .dS_end = ub[BU_DS], .dA_end = ub[BU_DA], .dn_end = ub[BU_DN]};
+    g.dq = gb[BX_Q], g.dk = gb[BX_K], g.dv = gb[BX_V], g.du = gb[BX_U], g.dbeta = gb[BX_BETA], g.dg = gb[BX_G];
+    g.dS_0 = gb[BX_S0], g.dA_0 = gb[BX_A0], g.dn_0 = gb[BX_N0];
+    const vla_status s = vla_attention_backward(be, &d, &a, &g);
+    if (s != VLA_OK) fprintf(stderr, "  backward on %s: %s\n", vla_backend_name(be), vla_backend_message(be));
+    for (int i = 0; i < BX_N; i++) {
+        out[i] = NULL, unwritten[i] = 0;
+        if (!gb[i]) continue;
+        out[i] = tu_buf_download_new(gb[i], p->n[i]);
+        unwritten[i] = tu_count_poison(out[i], p->n[i]);
+    }
+    for (int i = 0; i < BX_N; i++) vla_buffer_free(xb[i]), vla_buffer_free(gb[i]);
+    for (int i = 0; i < BU_N; i++) vla_buffer_free(ub[i]);
+    return s;
+}
+
+/* ref64's gradients (double) where the shapes are small enough for its per-token states. */
+static int bw_ref64(const bw_problem *p, double *ref[BX_N]) {
+    for (int i = 0; i < BX_N; i++) ref[i] = NULL;
+    if ((double)p->B * p->H * p->T * p->dk * (p->dk + p->dv) > 4e7) return 0;
+    for (int i = 0; i < BX_N; i++) ref[i] = calloc(p->n[i], sizeof(double));
+    double *up[BU_N] = {0};
+    for (int i = 0; i < BU_N; i++)
+        if (p->up[i]) up[i] = tu_to_double(p->up[i], p->nup[i]);
+    ref64_grads r = {.dO = up[BU_DO], .dS_end = up[BU_DS], .dA_end = up[BU_DA], .dn_end = up[BU_DN]};
+    r.dq = ref[BX_Q], r.dk = ref[BX_K], r.dv = ref[BX_V], r.du = ref[BX_U], r.dbeta = ref[BX_BETA];
+    r.dg = ref[BX_G], r.dS_0 = ref[BX_S0], r.dA_0 = ref[BX_A0], r.dn_0 = ref[BX_N0];
+    const int rc = ref64_backward(&p->d, p->B, p->T, p->H, p->dk, p->dv, p->t0, p->x[BX_Q], p->x[BX_K], p->x[BX_V],
+                                  p->x[BX_U], p->x[BX_BETA], p->x[BX_G], p->x[BX_S0], p->x[BX_A0], p->x[BX_N0], &r);
+    for (int i = 0; i < BU_N; i++) free(up[i]);
+    ck_assert_int_eq(rc, 0);
+    return 1;
+}
+
+/* ||x - ref|| (ref NULL: ||x||); non-finite x gives INFINITY. */
+static double bw_norm(const float *x, const double *ref, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return INFINITY;
+        const double d = (double)x[i] - (ref ? ref[i] : 0.0);
+        s += d * d;
+    }
+    return sqrt(s);
+}
+
+/* ||x - ref|| / max(||ref||, floor). */
+static double bw_err(const float *x, const double *ref, size_t n, double floor) {
+    double r = 0.0;
+    for (size_t i = 0; i < n; i++) r += ref[i] * ref[i];
+    return bw_norm(x, ref, n) / fmax(sqrt(r), floor);
+}
+
+static void bw_free_out(float *out[BX_N]) {
+    for (int i = 0; i < BX_N; i++) free(out[i]), out[i] = NULL;
+}
+
+START_TEST(test_backward) {
+    const bw_case *c = &bw_cases[_i];
+    if (c->big && g_quick) return;
+    if (g_only && !strstr(c->name, g_only)) return;
+    const int T = c->big && g_emulated ? c->T / 4 : c->T;
+    bw_problem p;
+    bw_make(c, T, seed_base + 500 + (uint64_t)_i, &p);
+    const unsigned want = bw_all(&p);
+    float *gc[BX_N], *gr[BX_N];
+    size_t uc[BX_N], ur[BX_N];
+    const vla_status sc = bw_run(g_cu, &p, c->algo, want, gc, uc);
+    const vla_status sr = bw_run(g_cpu, &p, p.d.mechanism == SM ? VLA_ALGO_FUSED : VLA_ALGO_SEQUENTIAL, want, gr, ur);
+    ck_assert_msg(sc == VLA_OK, "%s: cuda backward: %s", c->name, vla_status_string(sc));
+    ck_assert_msg(sr == VLA_OK, "%s: cpu backward: %s", c->name, vla_status_string(sr));
+    double *ref[BX_N];
+    const int have_ref = bw_ref64(&p, ref);
+    double G = 0.0; /* the largest RMS of the reference gradients */
+    for (int i = 0; i < BX_N; i++)
+        if (gr[i]) G = fmax(G, bw_norm(gr[i], NULL, p.n[i]) / sqrt((double)p.n[i]));
+    char line[768], why[1024] = "";
+    int n = snprintf(line, sizeof line, "  %-52s T=%-5d vs cpu%s:", c->name, T, have_ref ? " (ref64)" : "");
+    for (int i = 0; i < BX_N; i++) {
+        if (!gc[i]) continue;
+        double *rd = tu_to_double(gr[i], p.n[i]);
+        const double floor = (c->cancel >> i & 1 ? 1e-3 : 1e-6) * G * sqrt((double)p.n[i]);
+        const double e = bw_err(gc[i], rd, p.n[i], floor);
+        const double e64 = have_ref ? bw_err(gc[i], ref[i], p.n[i], floor) : 0.0;
+        free(rd);
+        const int ok = e <= 1e-4 && e64 <= 1e-4 && uc[i] == 0;
+        if (have_ref) n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1e (%.1e)%s", bw_names[i], e, e64, ok ? "" : "!");
+        else n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1e%s", bw_names[i], e, ok ? "" : "!");
+        if (n >= (int)sizeof line) n = (int)sizeof line - 1;
+        if (!ok) {
+            const size_t len = strlen(why);
+            snprintf(why + len, sizeof why - len, " %s: %.3e vs cpu, %.3e vs ref64, %zu unwritten;", bw_names[i], e,
+                     e64, uc[i]);
+        }
+    }
+    fprintf(stderr, "%s\n", line);
+    for (int i = 0; i < BX_N; i++) free(ref[i]);
+    bw_free_out(gc), bw_free_out(gr);
+    bw_free(&p);
+    ck_assert_msg(!why[0], "%s:%s", c->name, why);
+}
+END_TEST
+
+/* Each requested output alone gives the same values as all of them together (bit for bit), no
+ * output at all is a valid request, and a NaN in a later value keeps softmax's earlier rows finite. */
+START_TEST(test_backward_outputs) {
+    static const bw_case cs[] = {
+        {.name = "vla elu1 normalised R4 u states up", .mech = VL, .B = 2, .T = 19, .H = 2, .dk = 5, .dv = 3,
+         .chunk = 8, .elu1 = 1, .norm = 1, .R = 4, .rho = 0.01, .with_u = 1, .states = 1, .up = 1},
+        {.name = "delta beta g states up", .mech = DE, .B = 1, .T = 19, .H = 2, .dk = 6, .dv = 4, .chunk = 8,
+         .with_beta = 1, .with_g = 1, .states = 1, .up = 1},
+        {.name = "softmax", .mech = SM, .B = 1, .T = 19, .H = 2, .dk = 6, .dv = 4},
+    };
+    const bw_case *c = &cs[_i];
+    bw_problem p;
+    bw_make(c, c->T, seed_base + 900 + (uint64_t)_i, &p);
+    float *full[BX_N], *one[BX_N];
+    size_t uf[BX_N], uo[BX_N];
+    ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, bw_all(&p), full, uf), VLA_OK);
+    for (int i = 0; i < BX_N; i++) {
+        if (!full[i]) continue;
+        ck_assert_msg(uf[i] == 0, "%s: %s: %zu elements unwritten", c->name, bw_names[i], uf[i]);
+        ck_assert_msg(tu_all_finite(full[i], p.n[i]), "%s: %s not finite", c->name, bw_names[i]);
+        ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, 1u << i, one, uo), VLA_OK);
+        ck_assert_msg(memcmp(one[i], full[i], p.n[i] * sizeof(float)) == 0, "%s: %s alone differs", c->name,
+                      bw_names[i]);
+        bw_free_out(one);
+    }
+    ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, 0, one, uo), VLA_OK);
+    bw_free_out(full);
+    if (c->mech == SM) { /* a NaN in v at token J of head 1: dq of the rows before it stays finite */
+        enum { J = 11 };
+        p.x[BX_V][((size_t)J * p.H + 1) * p.dv] = NAN;
+        ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, bw_all(&p), full, uf), VLA_OK);
+        size_t bad = 0;
+        for (int i = 0; i < BX_N; i++)
+            if (full[i]) bad += tu_count_nonfinite(full[i], p.n[i]);
+        ck_assert_msg(bad > 0, "softmax: a NaN value gave finite gradients");
+        for (int t = 0; t < J; t++)
+            ck_assert_msg(tu_all_finite(full[BX_Q] + ((size_t)t * p.H + 1) * p.dk, (size_t)p.dk),
+                          "softmax: dq of row %d before the NaN at %d is not finite", t, J);
+        bw_free_out(full);
+    }
+    bw_free(&p);
+}
+END_TEST
+
+/* A workspace past the device's memory (checkpoints every token of a long piece at d = 256):
+ * VLA_ERR_OUT_OF_MEMORY, nothing written, and the backend still works. */
+START_TEST(test_backward_out_of_memory) {
+    if (g_quick) return;
+    const bw_case c = {.name = "vla oom", .mech = VL, .B = g_emulated ? 1 : 16, .T = g_emulated ? 4096 : 65536,
+                       .H = 1, .dk = 256, .dv = 256, .chunk = 1};
+    bw_problem p;
+    bw_make(&c, c.T, seed_base + 950, &p);
+    float *out[BX_N];
+    size_t un[BX_N];
+    const vla_status s = bw_run(g_cu, &p, VLA_ALGO_AUTO, 1u << BX_V | 1u << BX_Q, out, un);
+    fprintf(stderr, "  backward T=%d C=1 d=256 -> %s (message above)\n", c.T, vla_status_string(s));
+    ck_assert_msg(s == VLA_ERR_OUT_OF_MEMORY, "backward past memory: %s", vla_status_string(s));
+    ck_assert_msg(un[BX_V] == p.n[BX_V] && un[BX_Q] == p.n[BX_Q], "a failing backward wrote its outputs");
+    bw_free_out(out);
+    bw_free(&p);
+    const bw_case small = {.name = "vla after", .mech = VL, .B = 1, .T = 20, .H = 2, .dk = 8, .dv = 8, .chunk = 8};
+    bw_make(&small, small.T, seed_base + 951, &p);
+    ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, bw_all(&p), out, un), VLA_OK);
+    for (int i = 0; i < BX_N; i++)
+        if (out[i]) ck_assert_msg(un[i] == 0 && tu_all_finite(out[i], p.n[i]), "after a failed call: %s", bw_names[i]);
+    bw_free_out(out);
+    bw_free(&p);
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tc = tcase_create("ops");
@@ -857,6 +1243,12 @@ static Suite *cuda_suite(void) {
     tcase_add_loop_test(tp, test_softmax_nonfinite, 0, 3);
     tcase_add_loop_test(tp, test_graph_replay, 0, 3);
     suite_add_tcase(s, tp);
+    TCase *tb = tcase_create("backward");
+    tcase_set_timeout(tb, 3600);
+    tcase_add_loop_test(tb, test_backward, 0, N_BW);
+    tcase_add_loop_test(tb, test_backward_outputs, 0, 3);
+    tcase_add_test(tb, test_backward_out_of_memory);
+    suite_add_tcase(s, tb);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_open_errors);
     tcase_add_test(te, test_out_of_memory);

@@ -16,6 +16,8 @@ typedef struct fixture {
     vla_backend *be, *be2;
     vla_buffer *q, *k, *v, *u, *beta, *g, *o, *Si, *So, *Ai, *Ao, *ni, *no, *tiny, *big;
     vla_buffer *q2, *o2; /* on be2 */
+    /* The backward's: upstream gradients and one output per gradient. */
+    vla_buffer *dO, *dSe, *dAe, *dne, *gq, *gk, *gv, *gu, *gbeta, *gg, *gS, *gA, *gn;
 } fixture;
 
 static fixture F;
@@ -51,34 +53,46 @@ static void setup(void) {
     F.tiny = tu_buf_new(F.be, 1);
     F.big = tu_buf_new(F.be, 256);
     F.q2 = rand_buf(&r, F.be2, nqk), F.o2 = tu_buf_new(F.be2, nvo);
+    F.dO = rand_buf(&r, F.be, nvo), F.dSe = rand_buf(&r, F.be, nS), F.dAe = rand_buf(&r, F.be, nA);
+    F.dne = rand_buf(&r, F.be, nn);
+    F.gq = tu_buf_new(F.be, nqk), F.gk = tu_buf_new(F.be, nqk), F.gv = tu_buf_new(F.be, nvo);
+    F.gu = tu_buf_new(F.be, nqk), F.gbeta = tu_buf_new(F.be, nbt), F.gg = tu_buf_new(F.be, nbt);
+    F.gS = tu_buf_new(F.be, nS), F.gA = tu_buf_new(F.be, nA), F.gn = tu_buf_new(F.be, nn);
 }
 
+#define N_BUFS 30
+
+static vla_buffer **all_bufs(void);
+
 static void teardown(void) {
-    vla_buffer *all[] = {F.q, F.k, F.v, F.u, F.beta, F.g, F.o, F.Si, F.So, F.Ai, F.Ao, F.ni, F.no, F.tiny, F.big, F.q2, F.o2};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) vla_buffer_free(all[i]);
+    vla_buffer **all = all_bufs();
+    for (size_t i = 0; i < N_BUFS; i++) vla_buffer_free(all[i]);
     vla_backend_close(F.be), vla_backend_close(F.be2);
     memset(&F, 0, sizeof F);
 }
 
 /* Contents of every buffer of the fixture, to prove a failing call wrote nothing. */
 typedef struct snapshot {
-    unsigned char *data[17];
-    size_t size[17];
+    unsigned char *data[N_BUFS];
+    size_t size[N_BUFS];
 } snapshot;
 
 static vla_buffer **all_bufs(void) {
-    static vla_buffer *all[17];
-    vla_buffer *list[17] = {F.q, F.k, F.v, F.u, F.beta, F.g, F.o, F.Si, F.So, F.Ai, F.Ao, F.ni, F.no, F.tiny, F.big,
-                            F.q2, F.o2};
+    static vla_buffer *all[N_BUFS];
+    vla_buffer *list[N_BUFS] = {F.q,   F.k,   F.v,   F.u,  F.beta, F.g,  F.o,  F.Si, F.So,    F.Ai,
+                                F.Ao,  F.ni,  F.no,  F.tiny, F.big, F.q2, F.o2, F.dO, F.dSe,  F.dAe,
+                                F.dne, F.gq,  F.gk,  F.gv, F.gu,   F.gbeta, F.gg, F.gS, F.gA, F.gn};
     memcpy(all, list, sizeof all);
     return all;
 }
-static const char *const buf_names[17] = {"q", "k", "v", "u", "beta", "g", "o", "S_in", "S_out", "A_in", "A_out",
-                                          "n_in", "n_out", "tiny", "big", "q(be2)", "o(be2)"};
+static const char *const buf_names[N_BUFS] = {"q",    "k",     "v",    "u",      "beta",   "g",  "o",   "S_in",
+                                              "S_out", "A_in", "A_out", "n_in",  "n_out",  "tiny", "big", "q(be2)",
+                                              "o(be2)", "dO",  "dS_end", "dA_end", "dn_end", "dq", "dk",  "dv",
+                                              "du",   "dbeta", "dg",   "dS_0",   "dA_0",   "dn_0"};
 
 static void take(snapshot *s) {
     vla_buffer **all = all_bufs();
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < N_BUFS; i++) {
         s->size[i] = vla_buffer_size(all[i]);
         s->data[i] = malloc(s->size[i]);
         ck_assert_int_eq(vla_buffer_download(all[i], 0, s->data[i], s->size[i]), VLA_OK);
@@ -87,7 +101,7 @@ static void take(snapshot *s) {
 
 static void same_as(const snapshot *s, const char *what) {
     vla_buffer **all = all_bufs();
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < N_BUFS; i++) {
         unsigned char *now = malloc(s->size[i]);
         ck_assert_int_eq(vla_buffer_download(all[i], 0, now, s->size[i]), VLA_OK);
         int same = memcmp(now, s->data[i], s->size[i]) == 0;
@@ -97,7 +111,7 @@ static void same_as(const snapshot *s, const char *what) {
 }
 
 static void drop(snapshot *s) {
-    for (int i = 0; i < 17; i++) free(s->data[i]);
+    for (int i = 0; i < N_BUFS; i++) free(s->data[i]);
 }
 
 static int any_word(const char *msg, const char *const *kws) {
@@ -722,6 +736,163 @@ START_TEST(test_timer) {
 }
 END_TEST
 
+/* ---- the backward op: every argument error once, and nothing written ---- */
+
+static void expect_bwd(vla_backend *be, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g,
+                       vla_status want, const char *what, const char *const *kws) {
+    snapshot s;
+    take(&s);
+    vla_status got = vla_attention_backward(be, d, a, g);
+    char tm[1024], bm[1024];
+    snprintf(tm, sizeof tm, "%s", vla_last_message());
+    snprintf(bm, sizeof bm, "%s", be ? vla_backend_message(be) : "");
+    same_as(&s, what);
+    drop(&s);
+    check_msgs(tm, be ? bm : NULL, got, want, what, kws);
+}
+#define EXPECT_BWD(d, a, g, st, what, ...) expect_bwd(F.be, d, a, g, st, what, KW(__VA_ARGS__))
+
+/* A valid backward of mechanism m: every gradient the mechanism has, every optional input given
+ * (vla with u; delta with beta and g), upstream of every state. The forward's o and final states
+ * stay in args (base): the backward neither reads nor writes them. */
+static void bwd_base(vla_mechanism m, vla_attn_desc *d, vla_attn_args *a, vla_attn_grads *g) {
+    base(m, d, a);
+    memset(g, 0, sizeof *g);
+    g->dO = F.dO, g->dq = F.gq, g->dk = F.gk, g->dv = F.gv;
+    if (m != VLA_MECH_SOFTMAX) g->dS_end = F.dSe, g->dS_0 = F.gS, a->S_in = F.Si;
+    if (m == VLA_MECH_VLA) a->u = F.u, g->du = F.gu, a->A_in = F.Ai, g->dA_end = F.dAe, g->dA_0 = F.gA;
+    if (m == VLA_MECH_DELTA) a->beta = F.beta, a->g = F.g, g->dbeta = F.gbeta, g->dg = F.gg;
+    if (m == VLA_MECH_LINEAR) a->n_in = F.ni, g->dn_end = F.dne, g->dn_0 = F.gn;
+}
+
+/* The baselines are valid (run on fresh outputs, so F's stay poisoned) and write every output. */
+START_TEST(test_backward_baselines_valid) {
+    for (int m = 0; m < 4; m++) {
+        vla_attn_desc d;
+        vla_attn_args a;
+        vla_attn_grads g;
+        bwd_base((vla_mechanism)m, &d, &a, &g);
+        vla_buffer **outs[] = {&g.dq, &g.dk, &g.dv, &g.du, &g.dbeta, &g.dg, &g.dS_0, &g.dA_0, &g.dn_0};
+        vla_buffer *fresh[9] = {0};
+        for (int i = 0; i < 9; i++)
+            if (*outs[i]) *outs[i] = fresh[i] = tu_buf_new(F.be, 64);
+        vla_status s = vla_attention_backward(F.be, &d, &a, &g);
+        ck_assert_msg(s == VLA_OK, "backward baseline %s: %s: %s", vla_mechanism_name((vla_mechanism)m),
+                      vla_status_string(s), vla_backend_message(F.be));
+        for (int i = 0; i < 9; i++) {
+            if (!fresh[i]) continue;
+            float *x = tu_buf_download_new(fresh[i], 1);
+            ck_assert_msg(!tu_is_poison(x[0]), "backward baseline %s: output %d not written",
+                          vla_mechanism_name((vla_mechanism)m), i);
+            free(x);
+            vla_buffer_free(fresh[i]);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_backward_errors) {
+    vla_attn_desc d;
+    vla_attn_args a;
+    vla_attn_grads g;
+    const vla_status C = VLA_ERR_INVALID_COMBINATION, SM = VLA_ERR_SHAPE_MISMATCH;
+
+    /* NULL arguments. */
+    bwd_base(VLA_MECH_VLA, &d, &a, &g);
+    expect_bwd(NULL, &d, &a, &g, VLA_ERR_NULL_ARGUMENT, "backward: backend NULL", KW("backend"));
+    EXPECT_BWD(NULL, &a, &g, VLA_ERR_NULL_ARGUMENT, "backward: desc NULL", "desc");
+    EXPECT_BWD(&d, NULL, &g, VLA_ERR_NULL_ARGUMENT, "backward: args NULL", "args");
+    EXPECT_BWD(&d, &a, NULL, VLA_ERR_NULL_ARGUMENT, "backward: grads NULL", "grads");
+    g.dO = NULL;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_NULL_ARGUMENT, "backward: dO NULL", "dO");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), a.k = NULL;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_NULL_ARGUMENT, "backward: k NULL", "k");
+
+    /* The forward's validation applies: dimensions, parameters, combinations, names. */
+    bwd_base(VLA_MECH_DELTA, &d, &a, &g), a.T = 0;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_INVALID_DIMENSION, "backward: T = 0", "T");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), d.lambda0 = -1;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_INVALID_PARAMETER, "backward: lambda0 = -1", "lambda0");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), d.mechanism = (vla_mechanism)7;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_UNKNOWN_NAME, "backward: desc.mechanism = 7", "mechanism");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), a.beta = F.beta, g.dbeta = F.gbeta;
+    EXPECT_BWD(&d, &a, &g, C, "backward: vla with beta", "beta");
+    bwd_base(VLA_MECH_SOFTMAX, &d, &a, &g), d.algorithm = VLA_ALGO_SEQUENTIAL;
+    EXPECT_BWD(&d, &a, &g, C, "backward: softmax sequential", "sequential");
+
+    /* Algorithms the backward does not run. */
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), d.algorithm = VLA_ALGO_SCAN;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_UNSUPPORTED, "backward: vla scan", "scan", "sequential", "chunked");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), d.algorithm = VLA_ALGO_TWO_LEVEL;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_UNSUPPORTED, "backward: vla two-level", "two-level", "sequential", "chunked");
+
+    /* Every gradient buffer too small (the 4-byte `tiny`), each on a mechanism that takes it. */
+    static const struct {
+        vla_mechanism m;
+        const char *name;
+    } small[] = {{VLA_MECH_SOFTMAX, "dO"}, {VLA_MECH_LINEAR, "dS_end"}, {VLA_MECH_VLA, "dA_end"},
+                 {VLA_MECH_LINEAR, "dn_end"}, {VLA_MECH_VLA, "dq"},      {VLA_MECH_DELTA, "dk"},
+                 {VLA_MECH_SOFTMAX, "dv"},    {VLA_MECH_VLA, "du"},      {VLA_MECH_DELTA, "dbeta"},
+                 {VLA_MECH_DELTA, "dg"},      {VLA_MECH_DELTA, "dS_0"},  {VLA_MECH_VLA, "dA_0"},
+                 {VLA_MECH_LINEAR, "dn_0"}};
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        bwd_base(small[i].m, &d, &a, &g);
+        const vla_buffer **in[] = {&g.dO, &g.dS_end, &g.dA_end, &g.dn_end};
+        vla_buffer **out[] = {&g.dq, &g.dk, &g.dv, &g.du, &g.dbeta, &g.dg, &g.dS_0, &g.dA_0, &g.dn_0};
+        if (i < 4) *in[i] = F.tiny;
+        else *out[i - 4] = F.tiny;
+        char what[64];
+        snprintf(what, sizeof what, "backward %s: %s too small", vla_mechanism_name(small[i].m), small[i].name);
+        EXPECT_BWD(&d, &a, &g, SM, what, small[i].name);
+    }
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), a.A_in = F.tiny;
+    EXPECT_BWD(&d, &a, &g, SM, "backward vla: A_in too small", "A_in");
+
+    /* Gradients of what the call does not have. */
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), a.u = NULL;
+    EXPECT_BWD(&d, &a, &g, C, "backward vla: du without u", "du");
+    bwd_base(VLA_MECH_DELTA, &d, &a, &g), a.beta = NULL;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta: dbeta without beta", "dbeta");
+    bwd_base(VLA_MECH_DELTA, &d, &a, &g), a.g = NULL;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta: dg without g", "dg");
+    bwd_base(VLA_MECH_SOFTMAX, &d, &a, &g), g.dS_0 = F.gS;
+    EXPECT_BWD(&d, &a, &g, C, "backward softmax: dS_0", "dS_0");
+    bwd_base(VLA_MECH_DELTA, &d, &a, &g), g.dA_0 = F.gA;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta: dA_0", "dA_0");
+    bwd_base(VLA_MECH_DELTA, &d, &a, &g), g.dn_0 = F.gn;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta: dn_0", "dn_0");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), g.dn_0 = F.gn;
+    EXPECT_BWD(&d, &a, &g, C, "backward vla (not normalised): dn_0", "dn_0");
+    bwd_base(VLA_MECH_SOFTMAX, &d, &a, &g), g.dS_end = F.dSe;
+    EXPECT_BWD(&d, &a, &g, C, "backward softmax: dS_end", "dS_end");
+    bwd_base(VLA_MECH_LINEAR, &d, &a, &g), g.dA_end = F.dAe;
+    EXPECT_BWD(&d, &a, &g, C, "backward linear: dA_end", "dA_end");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), g.dn_end = F.dne;
+    EXPECT_BWD(&d, &a, &g, C, "backward vla (not normalised): dn_end", "dn_end");
+
+    /* Buffers of another backend handle. */
+    bwd_base(VLA_MECH_SOFTMAX, &d, &a, &g), g.dO = F.o2;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_WRONG_BACKEND, "backward: dO from another handle", "dO");
+    bwd_base(VLA_MECH_LINEAR, &d, &a, &g), g.dq = F.q2;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_WRONG_BACKEND, "backward: dq from another handle", "dq");
+
+    /* Aliasing: an output on an input, or on another output. */
+    const vla_status AL = VLA_ERR_ALIASING;
+    bwd_base(VLA_MECH_SOFTMAX, &d, &a, &g), g.dq = F.q;
+    EXPECT_BWD(&d, &a, &g, AL, "backward: dq == q", "dq");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), g.dk = F.big, g.dO = F.big;
+    EXPECT_BWD(&d, &a, &g, AL, "backward: dk == dO", "dk");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), g.dS_0 = F.Si;
+    EXPECT_BWD(&d, &a, &g, AL, "backward: dS_0 == S_in", "dS_0");
+    bwd_base(VLA_MECH_VLA, &d, &a, &g), g.dA_0 = F.big, g.dA_end = F.big;
+    EXPECT_BWD(&d, &a, &g, AL, "backward: dA_0 == dA_end", "dA_0");
+    bwd_base(VLA_MECH_DELTA, &d, &a, &g), g.dbeta = F.big, g.dg = F.big;
+    EXPECT_BWD(&d, &a, &g, AL, "backward: dbeta == dg", "dbeta", "dg");
+    bwd_base(VLA_MECH_LINEAR, &d, &a, &g), g.dv = F.big, g.dn_0 = F.big;
+    EXPECT_BWD(&d, &a, &g, AL, "backward: dv == dn_0", "dv", "dn_0");
+}
+END_TEST
+
 Suite *errors_suite(void) {
     Suite *s = suite_create("errors");
     TCase *tc = tcase_create("arguments");
@@ -740,6 +911,8 @@ Suite *errors_suite(void) {
     tcase_add_test(tc, test_status_strings);
     tcase_add_test(tc, test_message_cleared);
     tcase_add_test(tc, test_timer);
+    tcase_add_test(tc, test_backward_baselines_valid);
+    tcase_add_test(tc, test_backward_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,7 +8,10 @@
 #     states to relative error < 1e-5; (b) bad input fails with a non-zero status, exactly one
 #     line "vla-run: ..." on stderr and no output file; (c) --help, --version, --list-devices;
 #     (d) streaming in two pieces equals one whole run; plus the preset's override order, float64
-#     and format 2.0/3.0 inputs, the beta warning, --verbose.
+#     and format 2.0/3.0 inputs, the beta warning, --verbose; (e) the backward (--grad-*): every
+#     golden case with every backward algorithm agrees with the sequential one, known answers
+#     (softmax at T = 1: dv = dO; linear with dO = 0: dS_0 = dS_end), two pieces chained
+#     through the state gradients equal one whole run, and bad backward input.
 # Prints one line per check; exits 0 only if all pass.
 set -u
 
@@ -365,7 +368,8 @@ info_tests() {
     for f in --backend --mechanism --algo --chunk --q --k --v --u --beta --g --o --lambda0 --eps --refresh \
         --refresh-size --u-scale --feature-map --normalize-output --scale --position --state-in --state-out \
         --a-state-in --a-state-out --n-state-in --n-state-out --preset --threads --list-devices --version --help \
-        --verbose; do
+        --verbose --grad-o --grad-state-out --grad-a-state-out --grad-n-state-out --grad-q --grad-k --grad-v \
+        --grad-u --grad-beta --grad-g --grad-state-in --grad-a-state-in --grad-n-state-in; do
         grep -qE -- "(^|[[:space:]])$f([[:space:]=]|$)" "$out" || missing+=" $f"
     done
     if [ $rc -ne 0 ]; then
@@ -516,12 +520,189 @@ misc_tests() {
     fi
 }
 
+# ---- the backward (--grad-*) ----------------------------------------------------------------------
+
+# Backward algorithms per mechanism ("|" separates runs); chunk sizes that do not divide T.
+grad_algos_for() {
+    case $1 in
+    softmax) echo "--algo fused|--algo auto" ;;
+    *) echo "--algo sequential|--algo chunked|--algo chunked --chunk 5|--algo auto" ;;
+    esac
+}
+
+# Runs the forward + backward of a golden case with every gradient it has into folder $2.
+# dO is the case's o.npy; the final states' upstream gradients are the case's final states.
+run_grad() { # case out_dir algo_flags
+    local c=$1 out=$2 algo=$3 d=$GOLD/$1
+    mkdir -p "$out"
+    local -a args
+    mapfile -t args < <(input_flags "$d")
+    args+=(--o "$out/o.npy" --grad-o "$d/o.npy" --grad-q "$out/dq.npy" --grad-k "$out/dk.npy" --grad-v "$out/dv.npy")
+    [ -f "$d/u.npy" ] && args+=(--grad-u "$out/du.npy")
+    [ -f "$d/beta.npy" ] && args+=(--grad-beta "$out/dbeta.npy")
+    [ -f "$d/g.npy" ] && args+=(--grad-g "$out/dg.npy")
+    [ -f "$d/S_final.npy" ] && args+=(--grad-state-out "$d/S_final.npy" --grad-state-in "$out/dS.npy")
+    [ -f "$d/A_final.npy" ] && args+=(--grad-a-state-out "$d/A_final.npy" --grad-a-state-in "$out/dA.npy")
+    [ -f "$d/n_final.npy" ] && args+=(--grad-n-state-out "$(n_reference "$c")" --grad-n-state-in "$out/dn.npy")
+    # shellcheck disable=SC2086
+    "$RUN" ${CASE_FLAGS[$c]} $algo "${args[@]}" >"$out/stdout" 2>"$out/stderr"
+}
+
+GRAD_FILES=(dq.npy=dq.npy dk.npy=dk.npy dv.npy=dv.npy du.npy=du.npy dbeta.npy=dbeta.npy dg.npy=dg.npy
+    dS.npy=dS.npy dA.npy=dA.npy dn.npy=dn.npy)
+
+grad_golden_tests() {
+    local c mech algo ref out tag
+    for c in $(printf '%s\n' "${!CASE_FLAGS[@]}" | sort); do
+        [ -f "$GOLD/$c/q.npy" ] || continue
+        mech=$(echo "${CASE_FLAGS[$c]}" | sed -nE 's/.*--mechanism ([a-z]+).*/\1/p')
+        [ -n "$mech" ] || mech=vla
+        IFS='|' read -r -a algos <<<"$(grad_algos_for "$mech")"
+        ref=
+        for algo in "${algos[@]}"; do
+            tag=$(echo "$algo" | tr -c 'a-z0-9' '_')
+            out=$WORK/grad/$c/$tag
+            if ! run_grad "$c" "$out" "$algo"; then
+                fail "grad $c [$algo]: vla-run failed: $(head -n 3 "$out/stderr")"
+                continue
+            fi
+            if [ -s "$out/stdout" ] || [ -s "$out/stderr" ]; then
+                fail "grad $c [$algo]: printed something on success: $(head -c 200 "$out/stdout" "$out/stderr")"
+                continue
+            fi
+            # The forward's output is what it is without the backward.
+            if ! compare_files "$out" "$GOLD/$c" o.npy=o.npy; then
+                fail "grad $c [$algo]: o differs from the golden o:$CMP_REPORT"
+                continue
+            fi
+            if [ -z "$ref" ]; then
+                ref=$out
+                local f n=0
+                for f in "$out"/d*.npy; do n=$((n + 1)); done
+                pass "grad $c [$algo]: $n gradient files written"
+            elif compare_files "$out" "$ref" "${GRAD_FILES[@]}"; then
+                pass "grad $c [$algo]: equals ${algos[0]#--algo }:$CMP_REPORT"
+            else
+                fail "grad $c [$algo]: differs from ${algos[0]#--algo }:$CMP_REPORT"
+            fi
+        done
+    done
+}
+
+# Answers known without a reference. Softmax over one token is o = v: dv = dO, dq = dk = 0.
+# Linear attention's S_T = S_0 + sum_t v_t phi(k_t)^T: with dO = 0, dS_0 = dS_end exactly.
+grad_known_tests() {
+    local X=$WORK/gradknown S=$GOLD/softmax_b2t37h3_dk16_dv24 L=$GOLD/linear_b2t37h3_dk16_dv24 x e
+    mkdir -p "$X"
+    for x in q k v; do "$REL" --slice "$S/$x.npy" 1 0 1 "$X/${x}1.npy"; done
+    "$REL" --slice "$S/o.npy" 1 0 1 "$X/dO1.npy"
+    if "$RUN" --mechanism softmax --q "$X/q1.npy" --k "$X/k1.npy" --v "$X/v1.npy" --o "$X/o1.npy" \
+        --grad-o "$X/dO1.npy" --grad-v "$X/dv1.npy" 2>"$X/err1" && e=$("$REL" "$X/dv1.npy" "$X/dO1.npy" 0); then
+        pass "grad known: softmax at T = 1 gives dv = dO ($e)"
+    else
+        fail "grad known: softmax at T = 1: dv != dO: $(head -c 300 "$X/err1") $e"
+    fi
+    zeros $(($(wc -c <"$L/v.npy") - 128)) >"$X/zv"
+    make_npy "$X/dO0.npy" 1 "$(npy_dict "$L/v.npy")" "$X/zv"
+    if "$RUN" --mechanism linear --q "$L/q.npy" --k "$L/k.npy" --v "$L/v.npy" --o "$X/o.npy" --grad-o "$X/dO0.npy" \
+        --grad-state-out "$L/S_final.npy" --grad-state-in "$X/dS0.npy" 2>"$X/err2" &&
+        e=$("$REL" "$X/dS0.npy" "$L/S_final.npy" 1e-7); then
+        # S_final.npy is float64: vla-run reads it as float32, hence the 1e-7
+        pass "grad known: linear with dO = 0 gives dS_0 = dS_end to float32 rounding ($e)"
+    else
+        fail "grad known: linear with dO = 0: dS_0 != dS_end: $(head -c 300 "$X/err2") $e"
+    fi
+}
+
+# Two pieces: piece 2's backward with the whole run's upstream, piece 1's with piece 2's
+# gradients of its initial states; the per-token gradients concatenated and piece 1's state
+# gradients equal the whole run's.
+grad_streaming_tests() {
+    local X=$WORK/gradstream T=61 SPLIT=23 x algo tag
+    mkdir -p "$X"
+    for x in q k v u o; do
+        "$REL" --slice "$PAPER/$x.npy" 1 0 $SPLIT "$X/${x}1.npy" || { fail "grad streaming: cannot split"; return; }
+        "$REL" --slice "$PAPER/$x.npy" 1 $SPLIT $T "$X/${x}2.npy" || { fail "grad streaming: cannot split"; return; }
+    done
+    local -a algos=("--algo sequential" "--algo chunked --chunk 8")
+    for algo in "${algos[@]}"; do
+        tag=$(echo "$algo" | tr -c 'a-z0-9' '_')
+        local w=$X/whole_$tag p=$X/piece_$tag
+        mkdir -p "$w" "$p"
+        # shellcheck disable=SC2086
+        if ! "$RUN" "${STREAM[@]}" $algo --q "$PAPER/q.npy" --k "$PAPER/k.npy" --v "$PAPER/v.npy" --u "$PAPER/u.npy" \
+            --o "$w/o.npy" --grad-o "$PAPER/o.npy" --grad-state-out "$PAPER/S_final.npy" \
+            --grad-a-state-out "$PAPER/A_final.npy" --grad-q "$w/dq.npy" --grad-k "$w/dk.npy" --grad-v "$w/dv.npy" \
+            --grad-u "$w/du.npy" --grad-state-in "$w/dS.npy" --grad-a-state-in "$w/dA.npy" \
+            --grad-n-state-in "$w/dn.npy" 2>"$w/err" ||
+            ! "$RUN" "${STREAM[@]}" $algo --q "$X/q1.npy" --k "$X/k1.npy" --v "$X/v1.npy" --u "$X/u1.npy" \
+                --o "$p/o1.npy" --state-out "$p/S1.npy" --a-state-out "$p/A1.npy" --n-state-out "$p/n1.npy" 2>"$p/err1" ||
+            ! "$RUN" "${STREAM[@]}" $algo --q "$X/q2.npy" --k "$X/k2.npy" --v "$X/v2.npy" --u "$X/u2.npy" \
+                --position $SPLIT --state-in "$p/S1.npy" --a-state-in "$p/A1.npy" --n-state-in "$p/n1.npy" \
+                --o "$p/o2.npy" --grad-o "$X/o2.npy" --grad-state-out "$PAPER/S_final.npy" \
+                --grad-a-state-out "$PAPER/A_final.npy" --grad-q "$p/dq2.npy" --grad-k "$p/dk2.npy" \
+                --grad-v "$p/dv2.npy" --grad-u "$p/du2.npy" --grad-state-in "$p/dS2.npy" \
+                --grad-a-state-in "$p/dA2.npy" --grad-n-state-in "$p/dn2.npy" 2>"$p/err2" ||
+            ! "$RUN" "${STREAM[@]}" $algo --q "$X/q1.npy" --k "$X/k1.npy" --v "$X/v1.npy" --u "$X/u1.npy" \
+                --o "$p/o1b.npy" --grad-o "$X/o1.npy" --grad-state-out "$p/dS2.npy" --grad-a-state-out "$p/dA2.npy" \
+                --grad-n-state-out "$p/dn2.npy" --grad-q "$p/dq1.npy" --grad-k "$p/dk1.npy" --grad-v "$p/dv1.npy" \
+                --grad-u "$p/du1.npy" --grad-state-in "$p/dS.npy" --grad-a-state-in "$p/dA.npy" \
+                --grad-n-state-in "$p/dn.npy" 2>"$p/err3"; then
+            fail "grad streaming [$algo]: vla-run failed: $(cat "$w/err" "$p"/err* 2>/dev/null | head -c 300)"
+            continue
+        fi
+        for x in dq dk dv du; do
+            "$REL" --concat 1 "$p/${x}1.npy" "$p/${x}2.npy" "$p/$x.npy" || fail "grad streaming [$algo]: concat $x"
+        done
+        if compare_files "$p" "$w" "${GRAD_FILES[@]}"; then
+            pass "grad streaming [$algo]: pieces 0:$SPLIT + $SPLIT:$T chained through the state gradients:$CMP_REPORT"
+        else
+            fail "grad streaming [$algo]: pieces differ from the whole run:$CMP_REPORT"
+        fi
+    done
+}
+
+grad_bad_input_tests() {
+    local C=$GOLD/vla_b2t37h3_dk16_dv24 D=$GOLD/delta_b2t37h3_dk16_dv24 S=$GOLD/softmax_b2t37h3_dk16_dv24
+    local -a VLA=(--mechanism vla --q "$C/q.npy" --k "$C/k.npy" --v "$C/v.npy")
+    new_bad; expect_bad "--grad-q without --grad-o" "${VLA[@]}" --o "$BD/o.npy" --grad-q "$BD/dq.npy"
+    new_bad; expect_bad "--grad-state-out without --grad-o" "${VLA[@]}" --o "$BD/o.npy" --grad-state-out "$C/S_final.npy"
+    new_bad; expect_bad "--grad-u without --u" "${VLA[@]}" --o "$BD/o.npy" --grad-o "$C/o.npy" --grad-u "$BD/du.npy"
+    new_bad; expect_bad "--grad-beta without --beta" --mechanism delta --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" \
+        --o "$BD/o.npy" --grad-o "$D/o.npy" --grad-beta "$BD/db.npy"
+    new_bad; expect_bad "--grad-o of the wrong shape" "${VLA[@]}" --o "$BD/o.npy" --grad-o "$C/q.npy" --grad-q "$BD/dq.npy"
+    new_bad; expect_bad "--grad-state-out of the wrong shape" "${VLA[@]}" --o "$BD/o.npy" --grad-o "$C/o.npy" \
+        --grad-state-out "$C/A_final.npy" --grad-q "$BD/dq.npy"
+    new_bad; expect_bad "--grad-state-in for softmax" --mechanism softmax --q "$S/q.npy" --k "$S/k.npy" --v "$S/v.npy" \
+        --o "$BD/o.npy" --grad-o "$S/o.npy" --grad-state-in "$BD/dS.npy"
+    new_bad; expect_bad "--grad-a-state-in for delta" --mechanism delta --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" \
+        --o "$BD/o.npy" --grad-o "$D/o.npy" --grad-a-state-in "$BD/dA.npy"
+    local X=$WORK/gradbad
+    mkdir -p "$X"
+    zeros $((2 * 3 * 16 * 4)) >"$X/zn"
+    make_npy "$X/n0.npy" 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 16), }" "$X/zn"
+    new_bad; expect_bad "--grad-n-state-out for unnormalised vla" "${VLA[@]}" --o "$BD/o.npy" --grad-o "$C/o.npy" \
+        --grad-n-state-out "$X/n0.npy" --grad-q "$BD/dq.npy"
+    new_bad; expect_bad "--algo scan with the backward" "${VLA[@]}" --algo scan --o "$BD/o.npy" --grad-o "$C/o.npy" \
+        --grad-q "$BD/dq.npy"
+    new_bad; expect_bad "--grad-q and --o the same file" "${VLA[@]}" --o "$BD/o.npy" --grad-o "$C/o.npy" --grad-q "$BD/o.npy"
+    new_bad; expect_bad "--grad-k and --grad-v the same file" "${VLA[@]}" --o "$BD/o.npy" --grad-o "$C/o.npy" \
+        --grad-k "$BD/d.npy" --grad-v "$BD/d.npy"
+    # Both ops succeed, o and dq are written, then dk cannot be: both must be removed again.
+    new_bad; expect_bad "a gradient output unwritable (the others removed)" "${VLA[@]}" --o "$BD/o.npy" \
+        --grad-o "$C/o.npy" --grad-q "$BD/dq.npy" --grad-k "$BD/no/such/dir/dk.npy"
+}
+
 golden_tests
 bad_input_tests
 fuzz_header_tests
 info_tests
 streaming_tests
 misc_tests
+grad_golden_tests
+grad_known_tests
+grad_streaming_tests
+grad_bad_input_tests
 
 echo "test_vla_run: $NPASS passed, $NFAIL failed"
 [ $NFAIL -eq 0 ]

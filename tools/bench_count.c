@@ -201,6 +201,200 @@ double bench_bytes(vla_mechanism m, vla_algorithm a, const bench_shape *s) {
     return 4.0 * s->B * s->H * head_floats(m, a, s);
 }
 
+/* ---- the backward (backends/cpu/cpu_grad_*.c) ---- */
+
+/* Tokens in the last chunk: the backward's walk starts there with the states the forward pass
+ * left, so only the other chunks are recomputed token by token (the chunked S part recomputes
+ * every chunk, the last one too). */
+static double last_chunk(int T, int C) { return T - (double)((T - 1) / C) * C; }
+
+/* The chunk forward of cpu_grad_chunk_forward and its VJP, cpu_grad_chunk_vjp (MACs, one chunk of
+ * c; residual r = 1 for delta and vla, 0 for linear). Forward, for the checkpoints (ST_end, no O):
+ *   KS = Kr ST0  c K V (r),  Lr = Kr W^T  c^2 K (r),  solve  c(c-1)/2 V (r),
+ *   QS = Q ST0  c K V,  Pq = Q W^T  c^2 K   (computed whatever the outputs),  ST_end: W^T E  c K V.
+ * Recompute in the backward walk: the same without ST_end, with O = Pm E (c^2 V) for linear's
+ * normaliser.
+ * VJP: W dST, dW += E dST^T, dQ += dO ST0^T, dST0 += Q^T dO  4 c K V;  Pm^T dO, G = dO E^T  2 c^2 V;
+ *   dQ += G W, dW += G^T Q  2 c^2 K;  residual: back substitution c(c-1)/2 V, G = dB E^T  c^2 V,
+ *   dKr += G W, dW += G^T Kr  2 c^2 K, dKr -= dB ST0^T, dST0 -= Kr^T dB  2 c K V. */
+static double bwd_chunk_linear(double c, double K, double V) {
+    const double fwd = 2 * c * K * V + c * c * K, re = c * K * V + c * c * K + c * c * V;
+    const double vjp = 4 * c * K * V + 2 * c * c * V + 2 * c * c * K;
+    return fwd + re + vjp; /* 7 c K V + 4 c^2 K + 3 c^2 V */
+}
+static double bwd_chunk_residual(double c, double K, double V) {
+    const double solve = c * (c - 1) / 2 * V;
+    const double fwd = 3 * c * K * V + 2 * c * c * K + solve, re = 2 * c * K * V + 2 * c * c * K + solve;
+    const double vjp = 6 * c * K * V + 4 * c * c * K + 3 * c * c * V + solve;
+    return fwd + re + vjp; /* 11 c K V + 8 c^2 K + 3 c^2 V + 3 c(c-1)/2 V */
+}
+
+/* One token of the A part's adjoint (a_backward): a . da  K;  dA += dy k^T, A^T dy, G z, G^T z,
+ * A += z z^T / den, dA += dz u^T, A^T dz  7 K^2;  z^T G z  K. = 7 K^2 + 2 K. */
+static double a_back_macs(double K) { return 7 * K * K + 2 * K; }
+
+static double head_bwd_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s) {
+    const double T = s->T, K = s->dk, V = s->dv;
+    const int C = chunk_size(s);
+    const double redo = 2 * T - last_chunk(s->T, C); /* tokens stepped forward: the pass, then the recompute */
+    switch (m) {
+    case VLA_MECH_SOFTMAX:
+        /* FUSED (cpu_grad_softmax.c), per causal pair: query tiles: Q K^T, P V (lse, o)  K + V;
+         * Q K^T, dO V^T, dq += dP K  2K + V;  key tiles: Q K^T, dO V^T, dk += dP^T Q, dv += P^T dO
+         * 2K + 2V  ->  T(T+1)/2 (5 K + 4 V). */
+        return a == VLA_ALGO_FUSED ? T * (T + 1) / 2 * (5 * K + 4 * V) : 0;
+    case VLA_MECH_LINEAR:
+        /* SEQUENTIAL (cpu_grad_delta.c): a step forward, ST += k v^T  K V, for 2T - c_last tokens;
+         * the adjoint a token: num = ST^T q, dST += q dnum^T, ST dnum, dST e, dST^T k  5 K V.
+         * CHUNKED: S_c bwd_chunk_linear. */
+        if (a == VLA_ALGO_SEQUENTIAL) return redo * K * V + 5 * T * K * V;
+        if (a == VLA_ALGO_CHUNKED) return over_chunks(bwd_chunk_linear, s->T, C, K, V);
+        return 0;
+    case VLA_MECH_DELTA:
+        /* SEQUENTIAL: a step forward, e = ST^T k, ST += w e^T  2 K V, for 2T - c_last tokens; the
+         * adjoint a token: dST += q dnum^T, ST_t dnum, dST e, dST^T k, dST -= k de^T,
+         * ST_{t-1} de  6 K V.  CHUNKED: S_c bwd_chunk_residual. */
+        if (a == VLA_ALGO_SEQUENTIAL) return redo * 2 * K * V + 6 * T * K * V;
+        if (a == VLA_ALGO_CHUNKED) return over_chunks(bwd_chunk_residual, s->T, C, K, V);
+        return 0;
+    case VLA_MECH_VLA:
+        /* SEQUENTIAL (cpu_grad_vla.c): a step forward, A part 3 K^2 + 2 K and S part 2 K V, for
+         * 2T - c_last tokens; the adjoint a token: S part dST += q dnum^T, ST dnum, dST^T a, dST e,
+         * ST -= a e^T (undoing the step), ST de, dST -= k de^T  7 K V, and the A part 7 K^2 + 2 K.
+         * CHUNKED: the A part as sequential's (token by token), the S part S_c bwd_chunk_residual. */
+        if (a == VLA_ALGO_SEQUENTIAL)
+            return redo * (a_step_macs(K) + 2 * K * V) + T * (7 * K * V + a_back_macs(K));
+        if (a == VLA_ALGO_CHUNKED)
+            return redo * a_step_macs(K) + T * a_back_macs(K) + over_chunks(bwd_chunk_residual, s->T, C, K, V);
+        return 0;
+    }
+    return 0;
+}
+
+int bench_bwd_defined(vla_mechanism m, vla_algorithm a) {
+    if (m == VLA_MECH_SOFTMAX) return a == VLA_ALGO_FUSED;
+    return (m == VLA_MECH_LINEAR || m == VLA_MECH_DELTA || m == VLA_MECH_VLA) &&
+           (a == VLA_ALGO_SEQUENTIAL || a == VLA_ALGO_CHUNKED);
+}
+
+double bench_bwd_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s) {
+    if (!s || s->B <= 0 || s->H <= 0 || s->T <= 0 || s->dk <= 0 || s->dv <= 0 || !bench_bwd_defined(m, a)) return 0;
+    return (double)s->B * s->H * head_bwd_macs(m, a, s);
+}
+
+double bench_bwd_flops(vla_mechanism m, vla_algorithm a, const bench_shape *s) { return 2 * bench_bwd_macs(m, a, s); }
+
+/* Floats per head (bench_count.h says what is counted). n_c = ceil(T/C) checkpoints of the state:
+ * S [K, V]; linear sequential also n [K]; vla also A [K, K]. */
+static double head_bwd_floats(vla_mechanism m, vla_algorithm a, const bench_shape *s) {
+    const double T = s->T, K = s->dk, V = s->dv;
+    const double u = m == VLA_MECH_VLA && s->has_u ? T * K : 0.0;
+    const double walk = T * (2 * K + 2 * V) + u, out = T * (2 * K + V) + u; /* q k v (u) dO; dq dk dv (du) */
+    if (m == VLA_MECH_SOFTMAX) return walk + out + 4 * T;
+    const double nc = ceil(T / chunk_size(s));
+    double state = K * V;
+    if (m == VLA_MECH_VLA) state += K * K;
+    if (m == VLA_MECH_LINEAR && a == VLA_ALGO_SEQUENTIAL) state += K;
+    double f = T * (K + V) + u + walk + out + 2 * nc * state;
+    if (m == VLA_MECH_LINEAR && a == VLA_ALGO_CHUNKED) f += 2 * T * K;
+    return f;
+}
+
+double bench_bwd_bytes(vla_mechanism m, vla_algorithm a, const bench_shape *s) {
+    if (bench_bwd_macs(m, a, s) <= 0) return 0;
+    return 4.0 * s->B * s->H * head_bwd_floats(m, a, s);
+}
+
+/* ---- the counts of vla-bench --targets (the CUDA backend's kernels) ---- */
+
+/* The CUDA kernels' chunk steps, full chunks, as their formulas print (the CPU forms' exact
+ * triangles are in chunk_step_macs and a_part_macs above).
+ * S part: E = V - K X; Lw; solve; O; M; O += M E; X += W^T E. */
+static double cuda_s_part_macs(double c, double K, double V) {
+    return 3 * c * K * V + 2 * c * c * K + c * c * V + c * c * V / 2;
+}
+/* A part: Z = U A; G; Cholesky; solve; K A; K Z^T; M Z; Z^T Z. */
+static double cuda_a_part_macs(double c, double K) {
+    return 3 * c * K * K + 3 * c * c * K + c * c * c / 6 + c * c * K / 2;
+}
+
+bench_target_count bench_count_target(vla_mechanism m, vla_algorithm a, double T, double K, double V, double heads,
+                                      int u_given) {
+    const double C = 64, nc = ceil(T / C), io = 4.0 * T * (2 * K + 2 * V); /* q, k, v read; o written */
+    bench_target_count r = {0, 0, ""};
+    if (m == VLA_MECH_SOFTMAX) {
+        r.flop = 2 * (T * (T + 1) / 2) * (K + V);
+        r.bytes = io;
+        r.formula = "2*T(T+1)/2*(K+V)  ; 4T(2K+2V)";
+    } else if (m != VLA_MECH_VLA && a == VLA_ALGO_SEQUENTIAL) {
+        /* per token: linear S += k v^T, o = S^T q (2KV); delta also y = S^T k (3KV) */
+        r.flop = 2 * T * (m == VLA_MECH_LINEAR ? 2 : 3) * K * V;
+        r.bytes = io + 4 * (K * V + (m == VLA_MECH_LINEAR ? K : 0));
+        r.formula = m == VLA_MECH_LINEAR ? "2*T*2KV  ; 4T(2K+2V) + 4(KV+K)" : "2*T*3KV  ; 4T(2K+2V) + 4KV";
+    } else if (m == VLA_MECH_LINEAR) {
+        r.flop = 2 * nc * (2 * C * K * V + C * C * (K + V));
+        r.bytes = io + 4 * (K * V + K);
+        r.formula = "2*n_c*(2CKV + C^2(K+V))  ; 4T(2K+2V) + 4(KV+K)";
+    } else if (m == VLA_MECH_DELTA) {
+        r.flop = 2 * nc * cuda_s_part_macs(C, K, V);
+        r.bytes = io + 4 * K * V;
+        r.formula = "2*n_c*(3CKV + 2C^2K + 1.5C^2V)  ; 4T(2K+2V) + 4KV";
+    } else {
+        const double st = 4 * (K * V + K * K);
+        switch (a) {
+        case VLA_ALGO_SEQUENTIAL:
+            r.flop = 2 * T * (3 * K * K + 3 * K * V);
+            r.bytes = io + st;
+            r.formula = "2*T*(3K^2 + 3KV)  ; 4T(2K+2V) + 4(KV+K^2)";
+            break;
+        case VLA_ALGO_CHUNKED:
+            /* The chunk-parallel form (kernels/cuda/vla_chunkpar.cu; R = 0, K <= 64), operations as
+             * executed (full C x C products, not their triangles), a chunk: Gram C K^2; inversion
+             * K^3 (one a segment: counted a chunk, an upper bound); A part U A0, K A0, Z^T Z 3CK^2 +
+             * G, K Z^T, M Z 3C^2K + Cholesky C^3/6 + Z solve C^2K/2; S factors Lw C^2K + solves
+             * C^2(K+V)/2 + P, Q CK^2 + CKV; walk K^2 V; output Q Al^T, Pm W 2C^2K + Q X CKV + Pm Y
+             * C^2V. Bytes: q k v o, the A^{-1} prefix (double: written twice, read twice), a_t and
+             * W (written, read twice), Y (written, read), the maps and chunk-start states.
+             * With u = k^ (u not given) the A part takes a_t from Z's rows: no K A0, K Z^T or M Z
+             * (CK^2 + 2C^2K less). */
+            if (u_given) {
+                r.flop = 2 * nc * (5 * C * K * K + K * K * K + 7 * C * C * K + C * C * C / 6 + 2 * C * K * V + K * K * V +
+                                   1.5 * C * C * V);
+                r.formula = "2*n_c*(5CK^2+K^3+7C^2K+C^3/6+2CKV+K^2V+1.5C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 8TV + 8n_cK(K+2V)";
+            } else {
+                r.flop = 2 * nc * (4 * C * K * K + K * K * K + 5 * C * C * K + C * C * C / 6 + 2 * C * K * V + K * K * V +
+                                   1.5 * C * C * V);
+                r.formula = "2*n_c*(4CK^2+K^3+5C^2K+C^3/6+2CKV+K^2V+1.5C^2V)  ; 4T(2K+2V) + 32n_cK^2 + 24TK + 8TV + 8n_cK(K+2V)";
+            }
+            r.bytes = io + st + 32 * nc * K * K + 24 * T * K + 8 * T * V + 8 * nc * K * (K + 2 * V);
+            break;
+        case VLA_ALGO_TWO_LEVEL:
+            /* Gram (C K^2 a chunk) + A part + the chunk map on [M|N] (S part at width K+V) +
+             * the S part again for the outputs; segment inverses and the map scan are O(K^3)
+             * per segment and left out. Bytes: a_t written once, read once (8TK). */
+            r.flop = 2 * nc *
+                     (C * K * K + cuda_a_part_macs(C, K) + cuda_s_part_macs(C, K, K + V) + cuda_s_part_macs(C, K, V));
+            r.bytes = io + st + 8 * T * K;
+            r.formula = "2*n_c*(CK^2 + A part + S part(K+V) + S part(V))  ; 4T(2K+2V) + 8TK + 4(KV+K^2)";
+            break;
+        case VLA_ALGO_SCAN: {
+            /* a_t as two-level; maps built (TK(K+V)); Brent-Kung ~2T compositions of K^2(K+V);
+             * outputs T(K(K+V) + KV). Bytes: the maps written once and read once. */
+            const double ncomb = 2 * T;
+            r.flop = 2 * (nc * (C * K * K + cuda_a_part_macs(C, K)) + T * K * (K + V) + ncomb * K * K * (K + V) +
+                          T * (K * (K + V) + K * V));
+            r.bytes = io + st + 8 * T * K * (K + V) + 8 * T * K;
+            r.formula = "2*(A part + 2T*K^2(K+V) + 2T*K(K+V))  ; 4T(2K+2V) + 8TK(K+V) + 8TK";
+            break;
+        }
+        default: break;
+        }
+    }
+    r.flop *= heads;
+    r.bytes *= heads;
+    return r;
+}
+
 /* ---- crossover and slope ---- */
 
 bench_cross bench_crossover(const double *T, const double *lin, const double *soft, int n, double *t_cross) {

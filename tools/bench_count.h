@@ -1,5 +1,6 @@
 /* vla-bench's arithmetic, kept apart from the timing so the tests can check it by hand:
- * the FLOP and byte count of each (mechanism, algorithm), the crossover of a linear-time
+ * the FLOP and byte count of each (mechanism, algorithm), forward and backward (vla-bench
+ * --backward; the backward's rules are beside bench_bwd_macs), the crossover of a linear-time
  * series with softmax on log-log axes, the slope of log latency vs log T, and the time
  * estimate the budget uses to skip points it cannot afford.
  *
@@ -31,6 +32,37 @@ double bench_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s);
 double bench_flops(vla_mechanism m, vla_algorithm a, const bench_shape *s);
 /* Minimum bytes moved to and from device memory by one forward call. */
 double bench_bytes(vla_mechanism m, vla_algorithm a, const bench_shape *s);
+
+/* The backward (vla_attention_backward) of one call, as the CPU backend's kernels compute it
+ * (backends/cpu/cpu_grad_*.c, which docs/BACKWARD.md describes): the forward pass that writes the
+ * chunk-start checkpoints, each chunk recomputed from its checkpoint, and the adjoint pass; for
+ * the chunked forms the per-chunk products of the VJP (full C x C products, as executed). Counted
+ * for vla-bench's call: dq, dk, dv requested from dO; no beta, g, state gradients or normalised
+ * output (u only through has_u, which changes the bytes, not the products). 0 where the backward
+ * has no such algorithm (scan, two-level, AUTO: the backward runs them as chunked).
+ * Bytes: the minimum traffic of the backward alone: k, v (and u) read by the forward pass; q, k,
+ * v (and u), dO read by the adjoint pass; dq, dk, dv (and du) written; the checkpoints written
+ * once and read once; linear chunked's normaliser prefix n_t [T, K] written and read; softmax's
+ * row statistics (2 a row) written and read. Chunk-local arrays are not counted. */
+double bench_bwd_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s);
+double bench_bwd_flops(vla_mechanism m, vla_algorithm a, const bench_shape *s);
+double bench_bwd_bytes(vla_mechanism m, vla_algorithm a, const bench_shape *s);
+/* 1 when the backward has (m, a): softmax fused; linear, delta and vla sequential and chunked. */
+int bench_bwd_defined(vla_mechanism m, vla_algorithm a);
+
+/* The FLOP and byte count `vla-bench --targets` prints beside each row, with its formula (per
+ * head, K = dk, V = dv, C = 64 tokens a chunk, n_c = ceil(T/C) chunks, FLOP = 2 x multiply-adds;
+ * then times `heads` = B*H). Unlike bench_flops, which follows the CPU kernels (exact triangles,
+ * a short last chunk), these follow the CUDA kernels as executed: full chunks, full C x C
+ * products where the kernel computes them. Chunked (or, for softmax, fused) where the row is
+ * not VLA; for VLA chunked, u_given selects the general A part (penalty vectors u passed)
+ * over the u = k^ form that takes a_t from Z's rows. */
+typedef struct bench_target_count {
+    double flop, bytes;
+    const char *formula; /* "FLOP formula  ; bytes formula", per head */
+} bench_target_count;
+bench_target_count bench_count_target(vla_mechanism m, vla_algorithm a, double T, double K, double V, double heads,
+                                      int u_given);
 
 /* Affine-map compositions an in-place Brent-Kung (Blelloch) scan over n maps performs: the
  * loops of cpu_affine_scan. 2n - 2 - log2(n) for n a power of two. */

@@ -1,7 +1,8 @@
 /* vla-check: runs every mechanism x algorithm of libvla on every backend/device this machine
  * has, against the independent float64 reference (tests/ref64.c), on seeded random inputs.
  *
- *   vla-check [--backend NAME] [--mechanism M] [--algo A] [--case TEXT] [--seed N] [--list] [--hash]
+ *   vla-check [--grad [--long]] [--backend NAME] [--mechanism M] [--algo A[,A...]] [--case TEXT]
+ *             [--seed N] [--list] [--hash]
  *   vla-check --gen-npy DIR --shape B,T,H,dk,dv [--seed N]    (inputs for test_cross_backend.sh)
  *
  * Cases: a fixed list of edge shapes (T = 1, dk != dv both ways, T not a multiple of the chunk,
@@ -14,10 +15,15 @@
  * allocated larger than the op needs, poisoned with NaN inside and a byte pattern past the
  * end), a changed input, or a status other than VLA_OK ("not supported" counts as a failure).
  *
+ * --grad checks the backward op instead (check_grad.c): every gradient of vla_attention_backward
+ * against ref64's float64 backward, norm-wise relative error per tensor <= 1e-4, with the same
+ * poison, guards and input checks; its case list is in check_grad.c.
+ *
  * Output: a table on stdout, then "N passed, M failed" on its own line. Exit status: 0 all
  * passed, 1 a failure, 2 bad command line, 77 when --backend names a backend that has no device
  * here (so CTest reports a skip, never a pass). */
 #define _POSIX_C_SOURCE 200809L
+#include "check_common.h"
 #include "npy.h"
 #include "ref64.h"
 
@@ -32,10 +38,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
-#define EXIT_SKIP 77
-
 /* Tolerances. 1e-5 is VLA-MATH 3's float32 bound at lambda0 = 0.1 for every algorithm; at
  * lambda0 = 1e-3 the same note gives about 1e-4 (A_0 = 1000 I makes the early downdates
  * large), and that case is checked at 1e-4. */
@@ -46,51 +48,25 @@
  * which drifts: 1.2e-4 measured at lambda0 = 1e-3, T = 90 on PoCL with VLA_OPENCL_NO_FP64=1, and
  * 0.66e-4 to 0.94e-4 for the chunked forms over 8 seeds (the default-lambda0 cases stay under
  * 1e-5 at these T). Such a backend says "no fp64" or "fp64 off" in its device description; its
- * VLA cases get this factor. */
-#define NO_FP64_FACTOR 3.0
-#define GUARD_BYTES 256 /* past the end of every output buffer */
-#define GUARD_BYTE 0xA5
+ * VLA cases get NO_FP64_FACTOR (check_common.h) on their tolerance. */
 
 /* ---- random numbers: splitmix64, reproducible across machines ---- */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t next64(rng *r) {
+uint64_t next64(rng *r) {
     uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static double uniform(rng *r) { return (double)(next64(r) >> 11) * (1.0 / 9007199254740992.0); }
-static int irange(rng *r, int lo, int hi) { return lo + (int)(next64(r) % (uint64_t)(hi - lo + 1)); }
-static double normal(rng *r) {
+double uniform(rng *r) { return (double)(next64(r) >> 11) * (1.0 / 9007199254740992.0); }
+int irange(rng *r, int lo, int hi) { return lo + (int)(next64(r) % (uint64_t)(hi - lo + 1)); }
+double normal(rng *r) {
     double u1 = uniform(r), u2 = uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 /* ---- cases ---- */
-
-typedef struct check_case {
-    char name[64];
-    vla_mechanism mech;
-    vla_algorithm algo;
-    int B, T, H, dk, dv;
-    int chunk, seg_chunks;
-    int refresh;
-    double rho, lambda0, u_scale, scale;
-    vla_feature_map fmap;
-    int normalize;
-    int has_u, has_beta, has_g;
-    int paper;     /* vla_attn_desc_preset(&d, "paper") */
-    int prefix;    /* > 0: states come in from a reference run over this many earlier tokens */
-    int64_t t0;    /* absolute position of the first token (after the prefix) */
-    int split;     /* > 0: streaming, two pieces [0, split) and [split, T) */
-    double tol;
-    uint64_t seed; /* of the case's data */
-} check_case;
 
 #define MAX_CASES 2048
 
@@ -241,14 +217,7 @@ static int build_cases(check_case *cases, uint64_t seed) {
 
 /* ---- data ---- */
 
-typedef struct case_data {
-    int Tall;                         /* prefix + T */
-    float *q, *k, *v, *u, *beta, *g;  /* the case's T tokens, [B, T, H, .] */
-    float *S0, *A0, *n0;              /* initial states (prefix cases) or NULL */
-    double *o, *S, *A, *n;            /* the reference */
-} case_data;
-
-static void *xmalloc(size_t n) {
+void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) {
         fprintf(stderr, "vla-check: out of host memory (%zu bytes)\n", n);
@@ -257,18 +226,19 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-static float *rand_tensor(rng *r, size_t n, double lo, double hi, int gaussian) {
+float *rand_tensor(rng *r, size_t n, double lo, double hi, int gaussian) {
     float *x = xmalloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++) x[i] = (float)(gaussian ? normal(r) : lo + (hi - lo) * uniform(r));
     return x;
 }
 
-static void desc_for(const check_case *c, vla_attn_desc *d) {
+void desc_for(const check_case *c, vla_attn_desc *d) {
     vla_attn_desc_init(d, c->mech);
     if (c->paper) vla_attn_desc_preset(d, "paper");
     d->algorithm = c->algo;
     d->chunk = c->chunk;
     d->segment_chunks = c->seg_chunks;
+    if (c->eps > 0) d->eps = c->eps;
     if (c->mech == VLA_MECH_SOFTMAX) {
         d->scale = c->scale;
         return;
@@ -283,9 +253,9 @@ static void desc_for(const check_case *c, vla_attn_desc *d) {
     }
 }
 
-static int has_S(const check_case *c) { return c->mech != VLA_MECH_SOFTMAX; }
-static int has_A(const check_case *c) { return c->mech == VLA_MECH_VLA; }
-static int has_n(const check_case *c) { return c->mech == VLA_MECH_LINEAR || (c->mech == VLA_MECH_VLA && c->normalize); }
+int has_S(const check_case *c) { return c->mech != VLA_MECH_SOFTMAX; }
+int has_A(const check_case *c) { return c->mech == VLA_MECH_VLA; }
+int has_n(const check_case *c) { return c->mech == VLA_MECH_LINEAR || (c->mech == VLA_MECH_VLA && c->normalize); }
 
 static float *to_float(const double *x, size_t n) {
     float *y = xmalloc(n * sizeof *y);
@@ -294,7 +264,7 @@ static float *to_float(const double *x, size_t n) {
 }
 
 /* Inputs of the case (and of its prefix), the prefix's states, and the reference. */
-static void make_data(const check_case *c, case_data *cd) {
+void make_data(const check_case *c, case_data *cd) {
     memset(cd, 0, sizeof *cd);
     rng r = {c->seed};
     const int B = c->B, H = c->H, dk = c->dk, dv = c->dv, P = c->prefix;
@@ -354,7 +324,7 @@ static void make_data(const check_case *c, case_data *cd) {
                   cd->o, cd->S, cd->A, cd->n);
 }
 
-static void free_data(case_data *cd) {
+void free_data(case_data *cd) {
     free(cd->q), free(cd->k), free(cd->v), free(cd->u), free(cd->beta), free(cd->g);
     free(cd->S0), free(cd->A0), free(cd->n0), free(cd->o), free(cd->S), free(cd->A), free(cd->n);
 }
@@ -370,19 +340,18 @@ typedef struct result {
 } result;
 
 /* FNV-1a, 64 bit: --hash prints it per case so that two builds can be compared bit for bit. */
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
     return h;
 }
-#define FNV_OFFSET 0xcbf29ce484222325ULL
 
 static void note(result *r, const char *fmt, const char *what) {
     size_t len = strlen(r->note);
     snprintf(r->note + len, sizeof r->note - len, fmt, what);
 }
 
-static double relerr(const float *x, const double *ref, size_t n, int *nonfinite) {
+double relerr(const float *x, const double *ref, size_t n, int *nonfinite) {
     double num = 0, den = 0, xs = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(x[i])) *nonfinite = 1;
@@ -398,7 +367,7 @@ static double relerr(const float *x, const double *ref, size_t n, int *nonfinite
 /* A buffer of `bytes` the op may use, GUARD_BYTES more that it must not touch. Inside:
  * NaN poison (an output element the op fails to write shows up as NaN), past the end: a
  * byte pattern. */
-static vla_buffer *guarded(vla_backend *be, size_t bytes, const float *init) {
+vla_buffer *guarded(vla_backend *be, size_t bytes, const float *init) {
     vla_buffer *buf = NULL;
     if (vla_buffer_alloc(be, bytes + GUARD_BYTES, &buf) != VLA_OK) return NULL;
     unsigned char *h = xmalloc(bytes + GUARD_BYTES);
@@ -412,7 +381,7 @@ static vla_buffer *guarded(vla_backend *be, size_t bytes, const float *init) {
 }
 
 /* Downloads the first `bytes` into out and checks the guard; returns 0 if the guard is intact. */
-static int fetch_guarded(const vla_buffer *buf, size_t bytes, float *out) {
+int fetch_guarded(const vla_buffer *buf, size_t bytes, float *out) {
     unsigned char *h = xmalloc(bytes + GUARD_BYTES);
     int bad = vla_buffer_download(buf, 0, h, bytes + GUARD_BYTES) != VLA_OK;
     for (size_t i = 0; i < GUARD_BYTES && !bad; i++) bad = h[bytes + i] != GUARD_BYTE;
@@ -421,7 +390,7 @@ static int fetch_guarded(const vla_buffer *buf, size_t bytes, float *out) {
     return bad;
 }
 
-static vla_buffer *input(vla_backend *be, const float *x, size_t n) {
+vla_buffer *input(vla_backend *be, const float *x, size_t n) {
     if (!x) return NULL;
     vla_buffer *buf = NULL;
     if (vla_buffer_alloc(be, n * sizeof(float), &buf) != VLA_OK) return NULL;
@@ -430,7 +399,7 @@ static vla_buffer *input(vla_backend *be, const float *x, size_t n) {
 }
 
 /* 1 if the buffer still holds x. */
-static int unchanged(const vla_buffer *buf, const float *x, size_t n) {
+int unchanged(const vla_buffer *buf, const float *x, size_t n) {
     if (!buf) return 1;
     float *h = xmalloc(n * sizeof(float));
     int same = vla_buffer_download(buf, 0, h, n * sizeof(float)) == VLA_OK && memcmp(h, x, n * sizeof(float)) == 0;
@@ -449,7 +418,7 @@ static float *slice(const float *x, int B, int T, int H, int D, int t0, int t1) 
 }
 
 /* The tolerance of case c on backend be (see NO_FP64_FACTOR). */
-static double tolerance(const check_case *c, vla_backend *be) {
+double tolerance(const check_case *c, vla_backend *be) {
     const char *dev = vla_backend_device(be);
     const int no64 = strstr(dev, "no fp64") || strstr(dev, "fp64 off");
     if (no64 && c->mech == VLA_MECH_VLA)
@@ -555,11 +524,11 @@ static void run_case(const check_case *c, const case_data *cd, vla_backend *be, 
 
 /* ---- output ---- */
 
-static void shape_str(const check_case *c, char *out, size_t n) {
+void shape_str(const check_case *c, char *out, size_t n) {
     snprintf(out, n, "%dx%dx%dx%d/%d", c->B, c->T, c->H, c->dk, c->dv);
 }
 
-static void err_str(double e, char *out, size_t n) {
+void err_str(double e, char *out, size_t n) {
     if (e < 0) snprintf(out, n, "-");
     else snprintf(out, n, "%.2e", e);
 }
@@ -569,11 +538,12 @@ static void print_header(void) {
            "shape(BxTxHxdk/dv)", "error", "tol", "ok", "o", "S", "A", "n", "note");
 }
 
-static void describe_case(const check_case *c, char *out, size_t n) {
+void describe_case(const check_case *c, char *out, size_t n) {
     size_t len = 0;
     len += snprintf(out + len, n - len, "chunk=%d", c->chunk);
     if (c->seg_chunks) len += snprintf(out + len, n - len, " seg=%d", c->seg_chunks);
     if (c->t0) len += snprintf(out + len, n - len, " t0=%lld", (long long)c->t0);
+    if (c->eps > 0) len += snprintf(out + len, n - len, " eps=%g", c->eps);
     if (c->prefix) len += snprintf(out + len, n - len, " states-in(prefix %d)", c->prefix);
     if (c->split) len += snprintf(out + len, n - len, " stream(split %d, in place)", c->split);
     if (c->mech == VLA_MECH_SOFTMAX && c->scale) len += snprintf(out + len, n - len, " scale=%g", c->scale);
@@ -583,8 +553,11 @@ static void describe_case(const check_case *c, char *out, size_t n) {
         len += snprintf(out + len, n - len, " lambda0=%g R=%d rho=%g s_u=%s%s%s", c->lambda0, c->refresh, c->rho,
                         c->u_scale == 0 ? "1/sqrt(dk)" : c->u_scale == 1 ? "1" : "0.5", c->has_u ? " u" : "",
                         c->normalize ? " normalized" : "");
-        if (c->paper) snprintf(out + len, n - len, " preset=paper");
+        if (c->paper) len += snprintf(out + len, n - len, " preset=paper");
     }
+    if (c->upstream) len += snprintf(out + len, n - len, " upstream(dS_end%s%s)", has_A(c) ? ",dA_end" : "",
+                                     has_n(c) ? ",dn_end" : "");
+    if (c->partial) snprintf(out + len, n - len, " some-outputs-only");
 }
 
 /* ---- --gen-npy: inputs for tests/test_cross_backend.sh ---- */
@@ -635,20 +608,34 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: vla-check [options]\n"
             "Runs every mechanism x algorithm on every backend/device against a float64 reference.\n\n"
+            "  --grad              check the backward op (vla_attention_backward) instead: every\n"
+            "                      gradient against ref64's float64 backward, ||g - ref|| / ||ref|| per\n"
+            "                      tensor <= 1e-4 (x3 for VLA on a device without fp64); the algorithms\n"
+            "                      are the backward's: auto, sequential, chunked (fused for softmax)\n"
+            "  --long              with --grad: add the T = 32768, d = 32 cases (slow; not for CI)\n"
             "  --backend NAME      only devices whose name is NAME or starts with NAME: (cpu, opencl,\n"
             "                      opencl:0:0, cuda, ...) (default: every device vla_list_devices gives)\n"
             "  --mechanism M       only softmax|linear|delta|vla (default: all)\n"
-            "  --algo A            only auto|sequential|scan|chunked|two-level|fused (default: all)\n"
+            "  --algo A[,A...]     only auto|sequential|scan|chunked|two-level|fused (default: all)\n"
             "  --case TEXT         only cases whose name contains TEXT\n"
             "  --seed N            seed of the random cases and inputs (default: 1)\n"
             "  --list              print the cases and exit without running them\n"
             "  --hash              add a column with a 64-bit hash of each case's outputs and final\n"
-            "                      states (to compare two builds bit for bit)\n"
+            "                      states, or gradients with --grad (to compare two builds bit for bit)\n"
             "  --gen-npy DIR       write random q,k,v,u,beta,g .npy inputs into DIR and exit\n"
             "  --shape B,T,H,dk,dv shape for --gen-npy (default: 2,45,3,16,24)\n"
             "  --help              print this help and exit\n\n"
             "Exit status: 0 all passed, 1 a case failed, 2 bad command line, 77 no device matches\n"
             "--backend (a skip for CTest).\n");
+}
+
+int filter_match(const check_filter *f, const check_case *c) {
+    if (f->has_mech && c->mech != f->mech) return 0;
+    if (f->text && !strstr(c->name, f->text)) return 0;
+    if (f->nalgo == 0) return 1;
+    for (int i = 0; i < f->nalgo; i++)
+        if (c->algo == f->algos[i]) return 1;
+    return 0;
 }
 
 static int matches_backend(const char *filter, const char *name) {
@@ -661,7 +648,7 @@ int main(int argc, char **argv) {
     const char *case_filter = NULL;
     const char *backend = NULL, *mech_name = NULL, *algo_name = NULL, *gen_dir = NULL, *shape = "2,45,3,16,24";
     uint64_t seed = 1;
-    int list = 0, hash = 0;
+    int list = 0, hash = 0, grad = 0, long_cases = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -672,6 +659,10 @@ int main(int argc, char **argv) {
             list = 1;
         } else if (strcmp(a, "--hash") == 0) {
             hash = 1;
+        } else if (strcmp(a, "--grad") == 0) {
+            grad = 1;
+        } else if (strcmp(a, "--long") == 0) {
+            long_cases = 1;
         } else if (!strcmp(a, "--backend") || !strcmp(a, "--mechanism") || !strcmp(a, "--algo") ||
                    !strcmp(a, "--seed") || !strcmp(a, "--gen-npy") || !strcmp(a, "--shape") || !strcmp(a, "--case")) {
             if (!val) {
@@ -702,31 +693,52 @@ int main(int argc, char **argv) {
     }
     if (gen_dir) return gen_npy(gen_dir, shape, seed);
 
-    vla_mechanism mech = VLA_MECH_SOFTMAX;
-    vla_algorithm algo = VLA_ALGO_AUTO;
-    if (mech_name && vla_mechanism_from_name(mech_name, &mech) != VLA_OK) {
+    check_filter filt = {.text = case_filter};
+    if (mech_name && vla_mechanism_from_name(mech_name, &filt.mech) != VLA_OK) {
         fprintf(stderr, "vla-check: --mechanism: %s\n", vla_last_message());
         return EXIT_USAGE;
     }
-    if (algo_name && vla_algorithm_from_name(algo_name, &algo) != VLA_OK) {
-        fprintf(stderr, "vla-check: --algo: %s\n", vla_last_message());
+    filt.has_mech = mech_name != NULL;
+    if (algo_name) {
+        /* A comma-separated list. */
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", algo_name);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (filt.nalgo == (int)(sizeof filt.algos / sizeof filt.algos[0]) ||
+                vla_algorithm_from_name(tok, &filt.algos[filt.nalgo]) != VLA_OK) {
+                fprintf(stderr, "vla-check: --algo: %s\n", filt.nalgo == 8 ? "too many names" : vla_last_message());
+                return EXIT_USAGE;
+            }
+            filt.nalgo++;
+        }
+    }
+    if (long_cases && !grad) {
+        fprintf(stderr, "vla-check: --long needs --grad\n");
         return EXIT_USAGE;
     }
 
-    check_case *all = xmalloc(sizeof *all * MAX_CASES);
-    const int nall = build_cases(all, seed);
-    check_case *cases = xmalloc(sizeof *cases * MAX_CASES);
+    check_case *cases = NULL;
     int ncases = 0;
-    for (int i = 0; i < nall; i++)
-        if ((!mech_name || all[i].mech == mech) && (!algo_name || all[i].algo == algo) &&
-            (!case_filter || strstr(all[i].name, case_filter)))
-            cases[ncases++] = all[i];
-    free(all);
+    if (grad) {
+        ncases = grad_select(&filt, seed, long_cases, &cases);
+    } else {
+        check_case *all = xmalloc(sizeof *all * MAX_CASES);
+        const int nall = build_cases(all, seed);
+        cases = xmalloc(sizeof *cases * MAX_CASES);
+        for (int i = 0; i < nall; i++)
+            if (filter_match(&filt, &all[i])) cases[ncases++] = all[i];
+        free(all);
+    }
     if (ncases == 0) {
-        fprintf(stderr, "vla-check: no case matches --mechanism %s --algo %s --case %s\n", mech_name ? mech_name : "*",
-                algo_name ? algo_name : "*", case_filter ? case_filter : "*");
+        fprintf(stderr, "vla-check: no %scase matches --mechanism %s --algo %s --case %s\n", grad ? "gradient " : "",
+                mech_name ? mech_name : "*", algo_name ? algo_name : "*", case_filter ? case_filter : "*");
         free(cases);
         return EXIT_USAGE;
+    }
+    if (list && grad) {
+        grad_list(cases, ncases);
+        free(cases);
+        return 0;
     }
     if (list) {
         char sh[48], desc[256];
@@ -772,6 +784,12 @@ int main(int argc, char **argv) {
         return known ? EXIT_SKIP : EXIT_USAGE;
     }
 
+    if (grad) {
+        const int failed = grad_run(cases, ncases, bes, (const char(*)[64])names, nbe, hash);
+        for (int j = 0; j < nbe; j++) vla_backend_close(bes[j]);
+        free(cases);
+        return failed ? EXIT_FAILED : 0;
+    }
     print_header();
     int passed = 0, failed = 0;
     const clock_t t_start = clock();

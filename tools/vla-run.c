@@ -5,6 +5,12 @@
  * Inputs are float32 or float64 .npy files: q, k, u [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H];
  * states S [B,H,dk,dv], A [B,H,dk,dk], n [B,H,dk]. Outputs are float32 .npy files.
  *
+ * With --grad-o (the loss's gradient with respect to o) the backward op runs after the forward
+ * (vla_attention_backward, docs/VLA-MATH.md section 5) and writes the gradients asked for with
+ * --grad-q ... --grad-n-state-in, each in the layout of the matching input; --grad-state-out,
+ * --grad-a-state-out and --grad-n-state-out give the loss's gradients with respect to the final
+ * states (absent: zero).
+ *
  * Contract with scripts: on any failure the exit status is non-zero, stderr holds exactly
  * one line "vla-run: <file or flag>: <problem>", and no output file of this run is left
  * behind (outputs are written only after the op succeeded, each atomically). */
@@ -56,6 +62,8 @@ typedef struct opts {
     const char *backend, *mechanism, *algo, *preset, *feature_map;
     const char *q, *k, *v, *u, *beta, *g, *o;
     const char *S_in, *S_out, *A_in, *A_out, *n_in, *n_out;
+    const char *dO, *dS_end, *dA_end, *dn_end; /* backward: upstream gradients */
+    const char *dq, *dk, *dv, *du, *dbeta, *dg, *dS_0, *dA_0, *dn_0; /* backward: outputs */
     int chunk, refresh, threads, segment_chunks;
     int64_t position;
     double lambda0, eps, refresh_size, u_scale, scale;
@@ -94,6 +102,20 @@ static const flag flags[] = {
     {"--a-state-out", K_STR, OFF(A_out), "FILE", "not written", "vla: final A [B,H,dk,dk]"},
     {"--n-state-in", K_STR, OFF(n_in), "FILE", "n = 0", "initial normaliser n [B,H,dk]"},
     {"--n-state-out", K_STR, OFF(n_out), "FILE", "not written", "final normaliser n [B,H,dk]"},
+    {"--grad-o", K_STR, OFF(dO), "FILE", "no backward", "run the backward too: dL/do [B,T,H,dv]"},
+    {"--grad-state-out", K_STR, OFF(dS_end), "FILE", "0", "backward: dL/dS of the final state [B,H,dk,dv]"},
+    {"--grad-a-state-out", K_STR, OFF(dA_end), "FILE", "0", "backward: dL/dA of the final A [B,H,dk,dk]"},
+    {"--grad-n-state-out", K_STR, OFF(dn_end), "FILE", "0", "backward: dL/dn of the final n [B,H,dk]"},
+    {"--grad-q", K_STR, OFF(dq), "FILE", "not written", "backward: dL/dq [B,T,H,dk]"},
+    {"--grad-k", K_STR, OFF(dk), "FILE", "not written", "backward: dL/dk [B,T,H,dk]"},
+    {"--grad-v", K_STR, OFF(dv), "FILE", "not written", "backward: dL/dv [B,T,H,dv]"},
+    {"--grad-u", K_STR, OFF(du), "FILE", "not written", "backward: dL/du [B,T,H,dk] (needs --u)"},
+    {"--grad-beta", K_STR, OFF(dbeta), "FILE", "not written", "backward: dL/dbeta [B,T,H] (needs --beta)"},
+    {"--grad-g", K_STR, OFF(dg), "FILE", "not written", "backward: dL/dg [B,T,H] (needs --g)"},
+    {"--grad-state-in", K_STR, OFF(dS_0), "FILE", "not written", "backward: dL/dS of the initial state [B,H,dk,dv]"},
+    {"--grad-a-state-in", K_STR, OFF(dA_0), "FILE", "not written",
+     "backward: dL/dA of the initial A [B,H,dk,dk] (symmetric part)"},
+    {"--grad-n-state-in", K_STR, OFF(dn_0), "FILE", "not written", "backward: dL/dn of the initial n [B,H,dk]"},
     {"--position", K_I64, OFF(position), "T0", "0", "absolute position of the first token (streaming)"},
     {"--chunk", K_INT, OFF(chunk), "C", "64", "chunk size of the chunked forms"},
     {"--segment-chunks", K_INT, OFF(segment_chunks), "N", "0 (backend picks)", "two-level: chunks per segment"},
@@ -126,8 +148,10 @@ static void print_help(void) {
         printf("\n");
     }
     printf("\nFlags take their value as --flag VALUE or --flag=VALUE. With --preset, explicit flags\n"
-           "override the preset whatever their order. Exit status: 0 ok, 1 bad input or failed op,\n"
-           "2 bad command line; on failure one line on stderr and no output file.\n");
+           "override the preset whatever their order. --grad-o runs the backward after the forward\n"
+           "(the gradients of L = <grad-o, o> + <grad-state-out, S> + ...; --algo picks its algorithm:\n"
+           "sequential, chunked, fused for softmax, or auto). Exit status: 0 ok, 1 bad input or failed\n"
+           "op, 2 bad command line; on failure one line on stderr and no output file.\n");
 }
 
 /* Full-string numeric parsing: NULL on success, else the problem. */
@@ -221,11 +245,26 @@ static int check_required(const opts *o) {
         if (!vals[i]) return fail(EXIT_USAGE, names[i], "required (see --help)");
     if (o->normalize_output && o->no_normalize_output)
         return fail(EXIT_USAGE, "--no-normalize-output", "contradicts --normalize-output");
+    /* The backward's flags need --grad-o; and the gradient of an input needs that input. */
+    const char *bwd[] = {o->dS_end, o->dA_end, o->dn_end, o->dq, o->dk, o->dv, o->du, o->dbeta, o->dg,
+                         o->dS_0, o->dA_0, o->dn_0};
+    const char *bwd_names[] = {"--grad-state-out", "--grad-a-state-out", "--grad-n-state-out", "--grad-q",
+                               "--grad-k", "--grad-v", "--grad-u", "--grad-beta", "--grad-g", "--grad-state-in",
+                               "--grad-a-state-in", "--grad-n-state-in"};
+    for (int i = 0; i < 12 && !o->dO; i++)
+        if (bwd[i]) return fail(EXIT_USAGE, bwd_names[i], "needs --grad-o (the backward runs only with it)");
+    if (o->du && !o->u) return fail(EXIT_USAGE, "--grad-u", "needs --u (u = s_u normalize(k) has no input of its own)");
+    if (o->dbeta && !o->beta) return fail(EXIT_USAGE, "--grad-beta", "needs --beta");
+    if (o->dg && !o->g) return fail(EXIT_USAGE, "--grad-g", "needs --g");
     /* Two outputs with one path would overwrite each other. */
-    const char *out[] = {o->o, o->S_out, o->A_out, o->n_out};
-    const char *out_names[] = {"--o", "--state-out", "--a-state-out", "--n-state-out"};
-    for (int i = 0; i < 4; i++)
-        for (int j = i + 1; j < 4; j++)
+    const char *out[] = {o->o, o->S_out, o->A_out, o->n_out, o->dq, o->dk, o->dv, o->du, o->dbeta, o->dg,
+                         o->dS_0, o->dA_0, o->dn_0};
+    const char *out_names[] = {"--o", "--state-out", "--a-state-out", "--n-state-out", "--grad-q", "--grad-k",
+                               "--grad-v", "--grad-u", "--grad-beta", "--grad-g", "--grad-state-in",
+                               "--grad-a-state-in", "--grad-n-state-in"};
+    enum { N_OUT_FLAGS = 13 };
+    for (int i = 0; i < N_OUT_FLAGS; i++)
+        for (int j = i + 1; j < N_OUT_FLAGS; j++)
             if (out[i] && out[j] && strcmp(out[i], out[j]) == 0)
                 return fail(EXIT_USAGE, out_names[j], "'%s' is also the file of %s", out[j], out_names[i]);
     return 0;
@@ -267,7 +306,11 @@ static int build_desc(const opts *o, vla_attn_desc *d) {
 
 /* ---- tensors ------------------------------------------------------------------------------ */
 
-enum { T_Q, T_K, T_V, T_U, T_BETA, T_G, T_S_IN, T_A_IN, T_N_IN, T_O, T_S_OUT, T_A_OUT, T_N_OUT, N_TENSORS };
+/* Inputs first (the forward's, then the backward's upstream gradients), then outputs. */
+enum {
+    T_Q, T_K, T_V, T_U, T_BETA, T_G, T_S_IN, T_A_IN, T_N_IN, T_DO, T_DS_END, T_DA_END, T_DN_END,
+    T_O, T_S_OUT, T_A_OUT, T_N_OUT, T_DQ, T_DK, T_DV, T_DU, T_DBETA, T_DG, T_DS_0, T_DA_0, T_DN_0, N_TENSORS
+};
 #define FIRST_OUT T_O
 
 typedef struct tensor {
@@ -284,7 +327,7 @@ typedef struct run {
     tensor t[N_TENSORS];
     int64_t B, T, H, dk, dv;
     vla_backend *b;
-    double ms;
+    double ms, ms_bwd;
     vla_algorithm algo;
 } run;
 
@@ -292,10 +335,16 @@ static void tensors_init(run *r) {
     const opts *o = &r->o;
     const char *flag_of[N_TENSORS] = {"--q", "--k", "--v", "--u", "--beta", "--g",
                                       "--state-in", "--a-state-in", "--n-state-in",
-                                      "--o", "--state-out", "--a-state-out", "--n-state-out"};
+                                      "--grad-o", "--grad-state-out", "--grad-a-state-out", "--grad-n-state-out",
+                                      "--o", "--state-out", "--a-state-out", "--n-state-out",
+                                      "--grad-q", "--grad-k", "--grad-v", "--grad-u", "--grad-beta", "--grad-g",
+                                      "--grad-state-in", "--grad-a-state-in", "--grad-n-state-in"};
     const char *path[N_TENSORS] = {o->q, o->k, o->v, o->u, o->beta, o->g,
                                    o->S_in, o->A_in, o->n_in,
-                                   o->o, o->S_out, o->A_out, o->n_out};
+                                   o->dO, o->dS_end, o->dA_end, o->dn_end,
+                                   o->o, o->S_out, o->A_out, o->n_out,
+                                   o->dq, o->dk, o->dv, o->du, o->dbeta, o->dg,
+                                   o->dS_0, o->dA_0, o->dn_0};
     for (int i = 0; i < N_TENSORS; i++) {
         r->t[i].flag = flag_of[i];
         r->t[i].path = path[i];
@@ -369,14 +418,25 @@ static void expect_all(run *r) {
     set_expect(&r->t[T_S_OUT], 4, B, H, dk, dv);
     set_expect(&r->t[T_A_OUT], 4, B, H, dk, dk);
     set_expect(&r->t[T_N_OUT], 3, B, H, dk, 0);
+    /* The backward's tensors have the layouts of what they are gradients of. */
+    static const int like[][2] = {{T_DO, T_O},       {T_DS_END, T_S_OUT}, {T_DA_END, T_A_OUT}, {T_DN_END, T_N_OUT},
+                                  {T_DQ, T_Q},       {T_DK, T_K},         {T_DV, T_V},         {T_DU, T_U},
+                                  {T_DBETA, T_BETA}, {T_DG, T_G},         {T_DS_0, T_S_IN},    {T_DA_0, T_A_IN},
+                                  {T_DN_0, T_N_IN}};
+    for (size_t i = 0; i < sizeof like / sizeof like[0]; i++) {
+        r->t[like[i][0]].ndim = r->t[like[i][1]].ndim;
+        memcpy(r->t[like[i][0]].shape, r->t[like[i][1]].shape, sizeof r->t[0].shape);
+    }
 }
 
 /* Loads every input file (q and v first: they fix the shapes) and checks its shape. */
 static int load_inputs(run *r) {
     static const char *why[T_O] = {"(q fixes the shapes)", "must equal q's shape", "v shares B,T,H with q", "must equal q's shape",
                                    "[B,T,H] of q", "[B,T,H] of q", "S is [B,H,dk,dv]", "A is [B,H,dk,dk]",
-                                   "n is [B,H,dk]"};
-    static const int order[T_O] = {T_Q, T_V, T_K, T_U, T_BETA, T_G, T_S_IN, T_A_IN, T_N_IN};
+                                   "n is [B,H,dk]", "the shape of o", "the shape of S", "the shape of A",
+                                   "the shape of n"};
+    static const int order[T_O] = {T_Q,    T_V,    T_K,  T_U,      T_BETA,   T_G,     T_S_IN,
+                                   T_A_IN, T_N_IN, T_DO, T_DS_END, T_DA_END, T_DN_END};
     char err[1024];
     for (int j = 0; j < T_O; j++) {
         tensor *t = &r->t[order[j]];
@@ -436,6 +496,15 @@ static void fill_args(run *r, vla_attn_args *a) {
     a->S_out = r->t[T_S_OUT].buf, a->A_out = r->t[T_A_OUT].buf, a->n_out = r->t[T_N_OUT].buf;
 }
 
+static void fill_grads(run *r, vla_attn_grads *g) {
+    memset(g, 0, sizeof *g);
+    g->dO = r->t[T_DO].buf, g->dS_end = r->t[T_DS_END].buf, g->dA_end = r->t[T_DA_END].buf;
+    g->dn_end = r->t[T_DN_END].buf;
+    g->dq = r->t[T_DQ].buf, g->dk = r->t[T_DK].buf, g->dv = r->t[T_DV].buf, g->du = r->t[T_DU].buf;
+    g->dbeta = r->t[T_DBETA].buf, g->dg = r->t[T_DG].buf;
+    g->dS_0 = r->t[T_DS_0].buf, g->dA_0 = r->t[T_DA_0].buf, g->dn_0 = r->t[T_DN_0].buf;
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -452,6 +521,20 @@ static int forward(run *r) {
     if (vla_attention_forward(r->b, &r->d, &a) != VLA_OK || vla_backend_synchronize(r->b) != VLA_OK)
         return lib_fail(EXIT_FAILED, "vla_attention_forward", vla_backend_message(r->b));
     r->ms = now_ms() - t;
+    return 0;
+}
+
+/* After the forward: the gradients, when --grad-o asks for them. */
+static int backward(run *r) {
+    if (!r->o.dO) return 0;
+    vla_attn_args a;
+    vla_attn_grads g;
+    fill_args(r, &a);
+    fill_grads(r, &g);
+    double t = now_ms();
+    if (vla_attention_backward(r->b, &r->d, &a, &g) != VLA_OK || vla_backend_synchronize(r->b) != VLA_OK)
+        return lib_fail(EXIT_FAILED, "vla_attention_backward", vla_backend_message(r->b));
+    r->ms_bwd = now_ms() - t;
     return 0;
 }
 
@@ -509,18 +592,19 @@ static void summary(const run *r) {
     const vla_attn_desc *d = &r->d;
     fprintf(stderr,
             "vla-run: %s/%s on %s (%s): B=%lld T=%lld H=%lld dk=%lld dv=%lld t0=%lld chunk=%d lambda0=%g eps=%g "
-            "R=%d rho=%g u_scale=%g phi=%s norm=%d: %.3f ms\n",
+            "R=%d rho=%g u_scale=%g phi=%s norm=%d: %.3f ms%s",
             vla_mechanism_name(d->mechanism), vla_algorithm_name(r->algo), vla_backend_name(r->b),
             vla_backend_device(r->b), (long long)r->B, (long long)r->T, (long long)r->H, (long long)r->dk,
             (long long)r->dv, (long long)r->o.position, d->chunk, d->lambda0, d->eps, d->refresh, d->refresh_size,
-            d->u_scale, vla_feature_map_name(d->feature_map), d->normalize_output, r->ms);
+            d->u_scale, vla_feature_map_name(d->feature_map), d->normalize_output, r->ms, r->o.dO ? "" : "\n");
+    if (r->o.dO) fprintf(stderr, ", backward %.3f ms\n", r->ms_bwd);
 }
 
 static int run_op(run *r) {
     int rc;
     tensors_init(r);
     if ((rc = load_inputs(r)) || (rc = open_backend(r)) || (rc = alloc_upload(r)) || (rc = forward(r)) ||
-        (rc = download(r)) || (rc = write_outputs(r)))
+        (rc = backward(r)) || (rc = download(r)) || (rc = write_outputs(r)))
         return rc;
     warn_inputs(r);
     if (r->o.verbose) summary(r);

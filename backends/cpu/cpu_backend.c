@@ -1,6 +1,7 @@
 /* The CPU reference backend: host-memory buffers, OpenMP threads over (batch, head), and a
  * dispatcher that gathers each head into contiguous arrays for the kernels. */
 #include "cpu_kernels.h"
+#include "nn_impl.h"
 #include "vla_impl.h"
 
 #include <math.h>
@@ -56,6 +57,8 @@ static int max_threads(const vla_backend *b) {
     return 1;
 #endif
 }
+
+int cpu_max_threads(const vla_backend *b) { return max_threads(b); }
 
 static void cpu_describe(char *out, size_t n, int threads);
 
@@ -114,7 +117,7 @@ static float elu1(float x) { return x > 0.0f ? x + 1.0f : expf(x); }
 /* dst[T, D] = src[b, :, h, :] of a [B, T, H, D] tensor, with the feature map applied. */
 static void gather(const float *src, const vla_attn_args *a, int b, int h, int D, vla_feature_map f, float *dst) {
     for (int t = 0; t < a->T; t++) {
-        const float *s = src + (((size_t)b * a->T + t) * a->H + h) * D;
+        const float *s = src + cpu_row_offset(a, b, t, h, D);
         float *d = dst + (size_t)t * D;
         if (f == VLA_FMAP_ELU1)
             for (int i = 0; i < D; i++) d[i] = elu1(s[i]);
@@ -202,7 +205,7 @@ static void run_head(const vla_attn_desc *d, const vla_attn_args *a, const kerne
     /* Scatter o [T, dv] into [B, T, H, dv] and the states into their slices. */
     float *o = (float *)a->o->mem;
     for (int t = 0; t < T; t++)
-        memcpy(o + (((size_t)b * T + t) * a->H + hh) * dv, h.o + (size_t)t * dv, sizeof(float) * dv);
+        memcpy(o + cpu_row_offset(a, b, t, hh, dv), h.o + (size_t)t * dv, sizeof(float) * dv);
     if (a->S_out) memcpy((float *)a->S_out->mem + bh * dk * dv, h.ST, sizeof(float) * dk * dv);
     if (a->A_out) memcpy((float *)a->A_out->mem + bh * dk * dk, h.A, sizeof(float) * dk * dk);
     if (a->n_out) memcpy((float *)a->n_out->mem + bh * dk, h.n, sizeof(float) * dk);
@@ -265,6 +268,8 @@ static const vla_backend_iface cpu_iface = {
     .set_threads = cpu_set_threads,
     .resolve_algorithm = cpu_resolve,
     .attention_forward = cpu_forward,
+    .nn = &vla_cpu_nn_iface,
+    .attention_backward = cpu_backward,
     .close = cpu_close,
 };
 

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vla/vla.h"
+
 typedef struct cpu_head {
     int T, dk, dv;
     int64_t t0;         /* absolute position of token 0 */
@@ -106,5 +108,16 @@ void cpu_chunk_step(int c, int dk, int dv, int residual, const float *kr, const 
 /* VLA output normaliser, shared by every VLA algorithm and linear attention: o_t /= den_t with
  * n_t = n_{t-1} + k~_t, den = max(q~ . n, eps) (vla) or q~ . n + eps (linear). */
 void cpu_normalize_output(const cpu_head *h, float eps, int linear_style);
+
+/* ---- shared by the forward's dispatcher (cpu_backend.c) and the backward's (cpu_grad_backend.c) ---- */
+
+/* Offset of row (b, t, h) of a [B, T, H, D] tensor: where one head's token lives. */
+static inline size_t cpu_row_offset(const vla_attn_args *a, int b, int t, int h, int D) {
+    return (((size_t)b * a->T + t) * a->H + h) * (size_t)D;
+}
+/* Threads the backend runs with (set_threads, or OpenMP's default). */
+int cpu_max_threads(const vla_backend *b);
+/* The backward op (cpu_grad_backend.c), on validated and resolved arguments. */
+vla_status cpu_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g);
 
 #endif

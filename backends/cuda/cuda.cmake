@@ -1,7 +1,8 @@
 # The CUDA backend (VLA_CUDA=ON), included by the top CMakeLists after `vla` exists.
 # Host side in C (backends/cuda/cuda_backend.c), kernels in CUDA C++ (kernels/cuda/*.cu).
-# FP32 FMA only: no tensor cores, no cuBLAS in the library (the benchmark uses cuBLAS to
-# measure the device's GEMM rate).
+# The attention kernels are the library's own (no cuBLAS). The nn
+# ops (vla/nn.h; cuda_nn.c, vla_nn.cu) do their matrix products with cuBLAS SGEMM in FP32 when
+# the toolkit has it (VLA_HAVE_CUBLAS), else with their own tiled kernel.
 
 # A fat binary for the T4 (sm_75) and Hopper (sm_90) unless the user chose architectures. The
 # variable must be set before enable_language(CUDA), which would otherwise pick the compiler's
@@ -18,17 +19,32 @@ find_package(CUDAToolkit REQUIRED)
 set(_vla_cuda_dir ${PROJECT_SOURCE_DIR}/kernels/cuda)
 target_sources(vla PRIVATE
   ${PROJECT_SOURCE_DIR}/backends/cuda/cuda_backend.c
+  ${PROJECT_SOURCE_DIR}/backends/cuda/cuda_nn.c
+  ${PROJECT_SOURCE_DIR}/backends/cuda/cuda_grad.c
+  ${_vla_cuda_dir}/vla_nn.cu
   ${_vla_cuda_dir}/vla_launch.cu
   ${_vla_cuda_dir}/vla_engine.cu
   ${_vla_cuda_dir}/vla_chunkpar.cu
+  ${_vla_cuda_dir}/vla_chunkpar_gram.cu
+  ${_vla_cuda_dir}/vla_chunkpar_factors.cu
+  ${_vla_cuda_dir}/vla_chunkpar_walk.cu
+  ${_vla_cuda_dir}/vla_chunkpar_output.cu
   ${_vla_cuda_dir}/vla_seq.cu
   ${_vla_cuda_dir}/vla_seq_regs.cu
   ${_vla_cuda_dir}/vla_norm.cu
-  ${_vla_cuda_dir}/vla_softmax.cu)
+  ${_vla_cuda_dir}/vla_softmax.cu
+  ${_vla_cuda_dir}/vla_grad_launch.cu
+  ${_vla_cuda_dir}/vla_grad_prep.cu
+  ${_vla_cuda_dir}/vla_grad_seq.cu
+  ${_vla_cuda_dir}/vla_grad_softmax.cu)
 target_include_directories(vla PRIVATE ${_vla_cuda_dir})
 target_compile_definitions(vla PRIVATE VLA_HAVE_CUDA)
 # One CUDA runtime in the process: the shared one, which the benchmark links too.
 target_link_libraries(vla PRIVATE CUDA::cudart)
+if(TARGET CUDA::cublas)
+  target_link_libraries(vla PRIVATE CUDA::cublas)
+  target_compile_definitions(vla PRIVATE VLA_HAVE_CUBLAS)
+endif()
 set_target_properties(vla PROPERTIES
   CUDA_ARCHITECTURES "${_vla_cuda_archs}"
   CUDA_RUNTIME_LIBRARY Shared
@@ -60,14 +76,4 @@ target_compile_options(vla PRIVATE
 if(VLA_SANITIZE)
   target_compile_options(vla PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fsanitize=address,-fsanitize=undefined,-fno-omit-frame-pointer>)
-endif()
-
-# The speed benchmark (benchmarks/cuda_h200.sh runs it): CUDA events, and cuBLAS for the
-# device's measured GEMM rate when the toolkit has it.
-add_executable(bench_cuda_targets ${PROJECT_SOURCE_DIR}/benchmarks/bench_cuda_targets.c)
-target_link_libraries(bench_cuda_targets PRIVATE vla CUDA::cudart m)
-target_compile_options(bench_cuda_targets PRIVATE -Wall -Wextra -O2)
-if(TARGET CUDA::cublas)
-  target_link_libraries(bench_cuda_targets PRIVATE CUDA::cublas)
-  target_compile_definitions(bench_cuda_targets PRIVATE VLA_BENCH_HAVE_CUBLAS)
 endif()

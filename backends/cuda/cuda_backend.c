@@ -8,7 +8,10 @@
  * earlier call's results), vla_backend_synchronize waits for it, and a forward call returns as
  * soon as its kernels are queued. The stream is an ordinary (blocking) stream, so work on the
  * legacy default stream (stream 0) is ordered with it: events recorded on stream 0 around a
- * call time the call. */
+ * call time the call. The nn ops of vla/nn.h are in cuda_nn.c (the .nn table); a bad token id
+ * their kernels find is reported by the next vla_backend_synchronize or download. */
+#include "cuda_nn.h"
+#include "cuda_grad.h"
 #include "vla_cuda.h"
 #include "vla_impl.h"
 
@@ -19,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The graph cache (session 17): a call repeated with the same arguments, buffers and workspace
+/* The graph cache: a call repeated with the same arguments, buffers and workspace
  * replays the kernels captured (cudaStreamBeginCapture) on its second occurrence, one
  * cudaGraphLaunch instead of a launch per kernel. The kernels read their inputs when they run,
  * so new data in the same buffers is seen; any other argument or buffer is another key. */
@@ -46,6 +49,7 @@ typedef struct cuda_context {
     graph_slot graphs[GRAPH_SLOTS];
     unsigned long long graph_tick;
     int graphs_off;             /* a capture failed on this handle: launch directly from then on */
+    vla_cuda_nn *nn;            /* the nn ops' state (cuda_nn.c), made by the first nn call */
 } cuda_context;
 
 static cuda_context *ctx_of(const vla_backend *b) { return (cuda_context *)b->context; }
@@ -67,6 +71,13 @@ static vla_status cuda_fail(vla_backend *b, cudaError_t e, const char *what) {
 static vla_status use_device(vla_backend *b) {
     CUDA_TRY(b, cudaSetDevice(ctx_of(b)->device), "cudaSetDevice");
     return VLA_OK;
+}
+
+void vla_cuda_nn_host_of(vla_backend *b, vla_cuda_nn_host *h) {
+    cuda_context *c = ctx_of(b);
+    h->device = c->device;
+    h->stream = (void *)c->stream;
+    h->state = &c->nn;
 }
 
 /* ---- buffers ---- */
@@ -109,14 +120,14 @@ static vla_status cuda_buffer_download(vla_backend *b, const void *mem, size_t o
     CUDA_TRY(b, cudaMemcpyAsync(dst, (const char *)mem + off, n, cudaMemcpyDeviceToHost, c->stream),
              "vla_buffer_download");
     CUDA_TRY(b, cudaStreamSynchronize(c->stream), "vla_buffer_download: cudaStreamSynchronize");
-    return VLA_OK;
+    return vla_cuda_nn_check(b, c->nn, "vla_buffer_download"); /* a bad token an nn call's kernels found */
 }
 
 static vla_status cuda_synchronize(vla_backend *b) {
     vla_status s = use_device(b);
     if (s != VLA_OK) return s;
     CUDA_TRY(b, cudaStreamSynchronize(ctx_of(b)->stream), "vla_backend_synchronize");
-    return VLA_OK;
+    return vla_cuda_nn_check(b, ctx_of(b)->nn, "vla_backend_synchronize");
 }
 
 /* ---- algorithm choice ---- */
@@ -246,13 +257,18 @@ static int graph_forward(cuda_context *c, const vlacu_args *x, const vlacu_aux *
 }
 
 /* Grows the cached workspace to `need` bytes. Nothing has been written when this fails. */
-static vla_status ensure_workspace(vla_backend *b, size_t need) {
+static vla_status ensure_workspace(vla_backend *b, size_t need, const char *fn) {
     cuda_context *c = ctx_of(b);
     if (need <= c->ws_bytes) return VLA_OK;
     graphs_clear(c); /* (they hold the old workspace's addresses) */
     if (c->ws) {
         /* Earlier calls may still use it. */
-        CUDA_TRY(b, cudaStreamSynchronize(c->stream), "vla_attention_forward: cudaStreamSynchronize");
+        cudaError_t se = cudaStreamSynchronize(c->stream);
+        if (se != cudaSuccess) {
+            char what[96];
+            snprintf(what, sizeof what, "%s: cudaStreamSynchronize", fn);
+            return cuda_fail(b, se, what);
+        }
         (void)cudaFree(c->ws);
         c->ws = NULL;
         c->ws_bytes = 0;
@@ -262,7 +278,7 @@ static vla_status ensure_workspace(vla_backend *b, size_t need) {
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return vla_fail(b, e == cudaErrorMemoryAllocation ? VLA_ERR_OUT_OF_MEMORY : VLA_ERR_BACKEND,
-                        "vla_attention_forward: could not allocate %.1f MiB of device workspace: CUDA error %d (%s): %s",
+                        "%s: could not allocate %.1f MiB of device workspace: CUDA error %d (%s): %s", fn,
                         (double)need / 1048576.0, (int)e, cudaGetErrorName(e), cudaGetErrorString(e));
     }
     c->ws = p;
@@ -316,7 +332,7 @@ static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla
     if (need == SIZE_MAX)
         return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "vla_attention_forward: the %s workspace for T = %d overflows size_t",
                         vla_algorithm_name(d->algorithm), a->T);
-    s = ensure_workspace(b, need);
+    s = ensure_workspace(b, need, "vla_attention_forward");
     if (s != VLA_OK) return s;
     const vlacu_aux aux = {(void *)c->aux, (void *)c->fork, (void *)c->join};
     if (graph_forward(c, &x, c->have_aux ? &aux : NULL)) return VLA_OK;
@@ -327,6 +343,23 @@ static vla_status cuda_forward(vla_backend *b, const vla_attn_desc *d, const vla
                  vla_algorithm_name(d->algorithm));
         return cuda_fail(b, (cudaError_t)e, what);
     }
+    return VLA_OK;
+}
+
+/* ---- what the backward (cuda_grad.c) takes from the handle ---- */
+
+void vla_cuda_grad_host_of(vla_backend *b, vla_cuda_grad_host *h) {
+    const cuda_context *c = ctx_of(b);
+    h->device = c->device;
+    h->stream = (void *)c->stream;
+    h->info = c->info;
+}
+
+vla_status vla_cuda_grad_workspace(vla_backend *b, size_t need, void **ws, size_t *bytes) {
+    const vla_status s = ensure_workspace(b, need, "vla_attention_backward");
+    if (s != VLA_OK) return s;
+    *ws = ctx_of(b)->ws;
+    *bytes = ctx_of(b)->ws_bytes;
     return VLA_OK;
 }
 
@@ -369,6 +402,7 @@ static void cuda_close(vla_backend *b) {
     if (cudaSetDevice(c->device) == cudaSuccess) {
         (void)cudaStreamSynchronize(c->stream);
         graphs_clear(c);
+        vla_cuda_nn_free(c->nn);
         if (c->ws) (void)cudaFree(c->ws);
         if (c->have_events) {
             (void)cudaEventDestroy(c->ev_start);
@@ -399,6 +433,8 @@ static const vla_backend_iface cuda_iface = {
     .timer_stop = cuda_timer_stop,
     .resolve_algorithm = cuda_resolve,
     .attention_forward = cuda_forward,
+    .attention_backward = vla_cuda_backward,
+    .nn = &vla_cuda_nn_iface,
     .close = cuda_close,
 };
 
@@ -439,8 +475,8 @@ static vla_status cuda_open(const char *device, vla_backend *b) {
     struct cudaDeviceProp prop;
     /* Stream priorities: the main stream (the calls' critical path) at the device's highest, the
      * second one (work beside it: the chunk-parallel output's first half) at its lowest, so that
-     * when both have blocks waiting for a multiprocessor the main stream's go first. Session 12's
-     * timelines showed the segmented walk's last launch waiting up to 40 us behind the second
+     * when both have blocks waiting for a multiprocessor the main stream's go first. Timelines
+     * (VLA_CP_TIMELINE) showed the segmented walk's last launch waiting up to 40 us behind the second
      * stream's output blocks ((1,4,32) T = 32768); DeltaNet, which still runs that half beside the
      * walk there, is 2% faster at T = 8192 and 32768 with the priorities (VLA now folds it into its
      * A part at those shapes: no change). VLA_CUDA_PRIO=0 (development) leaves both at the default. */

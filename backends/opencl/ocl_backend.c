@@ -1,8 +1,8 @@
 /* The OpenCL backend: device selection by name, context and in-order queue (profiling on),
  * cl_mem buffers, and the programs built from the kernels embedded at build time
  * (kernels/opencl/<name>.cl -> vla_opencl_kernels.c, see opencl.cmake). The op itself is in
- * ocl_ops.c. Every OpenCL error becomes a status whose message names the call and the error;
- * nothing here aborts.
+ * ocl_ops.c, its backward in ocl_grad.c. Every OpenCL error becomes a status whose message
+ * names the call and the error; nothing here aborts.
  *
  * Environment: VLA_OPENCL_NO_FP64=1 runs the A recurrence in float even on a device with
  * cl_khr_fp64, as it runs on a device without it (for tests). VLA_OPENCL_PROFILE=1 times every
@@ -254,6 +254,14 @@ static const struct {
     [OCL_K_CHUNK_MAP] = {"chunk_map", OCL_FAM_VLA},
     [OCL_K_SEG_COMPOSE] = {"seg_compose", OCL_FAM_VLA},
     [OCL_K_SOFTMAX_ROWS] = {"softmax_rows", OCL_FAM_SOFTMAX},
+    [OCL_K_GRAD_NORM_DEN] = {"grad_norm_den", OCL_FAM_GRAD_PREP},
+    [OCL_K_GRAD_NORM] = {"grad_norm", OCL_FAM_GRAD_PREP},
+    [OCL_K_GRAD_PREP] = {"grad_prep", OCL_FAM_GRAD_PREP},
+    [OCL_K_GRAD_SM_STATS] = {"sm_grad_stats", OCL_FAM_GRAD_SOFTMAX},
+    [OCL_K_GRAD_SM_DQ] = {"sm_grad_dq", OCL_FAM_GRAD_SOFTMAX},
+    [OCL_K_GRAD_SM_DKV] = {"sm_grad_dkv", OCL_FAM_GRAD_SOFTMAX},
+    [OCL_K_GRAD_GDR] = {"grad_gdr", OCL_FAM_GRAD_LINEAR_DELTA},
+    [OCL_K_GRAD_VLA] = {"grad_vla", OCL_FAM_GRAD_VLA},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -261,6 +269,14 @@ static const char *const family_file[OCL_NFAM] = {
     [OCL_FAM_SOFTMAX] = "softmax.cl",
     [OCL_FAM_LINEAR_DELTA] = "linear_delta.cl",
     [OCL_FAM_VLA] = "vla.cl",
+    [OCL_FAM_GRAD_PREP] = "grad_prep.cl",
+    [OCL_FAM_GRAD_SOFTMAX] = "grad_softmax.cl",
+    [OCL_FAM_GRAD_LINEAR_DELTA] = "grad_linear_delta.cl",
+    [OCL_FAM_GRAD_VLA] = "grad_vla.cl",
+};
+/* A file a family's program takes between common.cl and its own (NULL: none). */
+static const char *const family_shared[OCL_NFAM] = {
+    [OCL_FAM_GRAD_VLA] = "grad_linear_delta.cl",
 };
 
 static const char *source(const char *name) {
@@ -272,11 +288,16 @@ static const char *source(const char *name) {
 static vla_status build_family(vla_backend *b, ocl_family f) {
     ocl_ctx *ctx = b->context;
     if (ctx->programs[f]) return VLA_OK;
-    const char *texts[2] = {source("common.cl"), source(family_file[f])};
-    if (!texts[0] || !texts[1])
-        return vla_fail(b, VLA_ERR_INTERNAL, "opencl: kernel source %s is not embedded in this build", family_file[f]);
+    const char *texts[3] = {source("common.cl"), NULL, NULL};
+    cl_uint ntexts = 1;
+    if (family_shared[f]) texts[ntexts++] = source(family_shared[f]);
+    texts[ntexts++] = source(family_file[f]);
+    for (cl_uint i = 0; i < ntexts; i++)
+        if (!texts[i])
+            return vla_fail(b, VLA_ERR_INTERNAL, "opencl: a kernel source of %s is not embedded in this build",
+                            family_file[f]);
     cl_int err = CL_SUCCESS;
-    cl_program prog = clCreateProgramWithSource(ctx->context, 2, texts, NULL, &err);
+    cl_program prog = clCreateProgramWithSource(ctx->context, ntexts, texts, NULL, &err);
     if (err != CL_SUCCESS) return ocl_fail(b, err, "clCreateProgramWithSource", family_file[f]);
     /* No fast-math flags: the kernels must match the CPU backend up to ordinary rounding. */
     const char *opts = ctx->fp64 ? "-cl-std=CL1.2 -DVLA_FP64=1" : "-cl-std=CL1.2";
@@ -347,6 +368,8 @@ static void ocl_close(vla_backend *b) {
                 fprintf(stderr, "vla opencl profile: %-16s %8ld launches %12.3f ms\n", ocl_kernel_names[i],
                         ctx->prof_calls[i], ctx->prof_ns[i] * 1e-6);
     ocl_ws_release(ctx);
+    ocl_gws_release(ctx);
+    ocl_nn_release(ctx);
     for (int i = 0; i < OCL_NK; i++)
         if (ctx->kernels[i]) clReleaseKernel(ctx->kernels[i]);
     for (int i = 0; i < OCL_NFAM; i++)
@@ -371,6 +394,8 @@ static const vla_backend_iface ocl_iface = {
     .timer_stop = ocl_timer_stop,
     .resolve_algorithm = ocl_resolve,
     .attention_forward = ocl_forward,
+    .attention_backward = ocl_backward,
+    .nn = &ocl_nn_iface,
     .close = ocl_close,
 };
 

@@ -1,5 +1,5 @@
-/* OpenCL backend internals shared by ocl_backend.c (devices, context, buffers, programs) and
- * ocl_ops.c (the attention op: workspace and kernel launches). */
+/* OpenCL backend internals shared by ocl_backend.c (devices, context, buffers, programs),
+ * ocl_ops.c (the attention op: workspace and kernel launches) and ocl_grad.c (its backward). */
 #ifndef VLA_OCL_INTERNAL_H
 #define VLA_OCL_INTERNAL_H
 
@@ -10,12 +10,17 @@
 
 #include "vla_impl.h"
 
-/* Kernel families: one program each, built from common.cl + the family's file on first use. */
+/* Kernel families: one program each, built from common.cl + the family's file on first use
+ * (grad_vla.cl also takes grad_linear_delta.cl, whose per-token steps it shares). */
 typedef enum ocl_family {
-    OCL_FAM_PREP,         /* prep.cl */
-    OCL_FAM_SOFTMAX,      /* softmax.cl */
-    OCL_FAM_LINEAR_DELTA, /* linear_delta.cl */
-    OCL_FAM_VLA,          /* vla.cl */
+    OCL_FAM_PREP,              /* prep.cl */
+    OCL_FAM_SOFTMAX,           /* softmax.cl */
+    OCL_FAM_LINEAR_DELTA,      /* linear_delta.cl */
+    OCL_FAM_VLA,               /* vla.cl */
+    OCL_FAM_GRAD_PREP,         /* grad_prep.cl */
+    OCL_FAM_GRAD_SOFTMAX,      /* grad_softmax.cl */
+    OCL_FAM_GRAD_LINEAR_DELTA, /* grad_linear_delta.cl */
+    OCL_FAM_GRAD_VLA,          /* grad_linear_delta.cl + grad_vla.cl */
     OCL_NFAM
 } ocl_family;
 
@@ -38,6 +43,14 @@ typedef enum ocl_kernel_id {
     OCL_K_CHUNK_MAP,
     OCL_K_SEG_COMPOSE,
     OCL_K_SOFTMAX_ROWS,
+    OCL_K_GRAD_NORM_DEN,
+    OCL_K_GRAD_NORM,
+    OCL_K_GRAD_PREP,
+    OCL_K_GRAD_SM_STATS,
+    OCL_K_GRAD_SM_DQ,
+    OCL_K_GRAD_SM_DKV,
+    OCL_K_GRAD_GDR,
+    OCL_K_GRAD_VLA,
     OCL_NK
 } ocl_kernel_id;
 
@@ -50,6 +63,19 @@ typedef enum ocl_ws {
     OCL_WS_Z, OCL_WS_G, OCL_WS_M, OCL_WS_MAPS, OCL_WS_SEGMAPS, OCL_WS_STARTS, OCL_WS_TMP,
     OCL_NWS
 } ocl_ws;
+
+/* The backward's workspace slots (ocl_grad.c), apart from the forward's: a training loop
+ * alternates the two ops, and neither then regrows the other's buffers. */
+typedef enum ocl_gws {
+    OCL_GW_QF, OCL_GW_KF, OCL_GW_KH, OCL_GW_UU, OCL_GW_W,      /* prep's outputs */
+    OCL_GW_DQF, OCL_GW_DKF, OCL_GW_DKH, OCL_GW_DUU,           /* gradients of them */
+    OCL_GW_QN, OCL_GW_R,                                      /* normaliser: q~.n, do'.o' */
+    OCL_GW_CKS, OCL_GW_CKA, OCL_GW_WST, OCL_GW_WA,            /* checkpoints, chunk states */
+    OCL_GW_WAL, OCL_GW_WZ, OCL_GW_WSC, OCL_GW_WE,             /* chunk per-token vectors */
+    OCL_GW_DST, OCL_GW_DA,                                    /* the adjoint states */
+    OCL_GW_SM_M, OCL_GW_SM_L, OCL_GW_SM_D,                    /* softmax row statistics */
+    OCL_NGWS
+} ocl_gws;
 
 typedef struct ocl_ctx {
     cl_platform_id platform;
@@ -69,12 +95,15 @@ typedef struct ocl_ctx {
     cl_mem dummy;                  /* bound to optional buffer arguments that are absent */
     cl_mem ws[OCL_NWS];
     size_t ws_size[OCL_NWS];
+    cl_mem gws[OCL_NGWS];
+    size_t gws_size[OCL_NGWS];
     /* VLA_OPENCL_PROFILE=1: every launch waits for its profiling event; per-kernel device time
      * is summed here and printed to stderr when the handle closes (a development aid). */
     int profile;
     double prof_ns[OCL_NK + 1]; /* [OCL_NK]: CLBlast calls */
     long prof_calls[OCL_NK + 1];
     cl_event timer_ev;             /* vla_backend_timer_start's marker, or NULL */
+    struct ocl_nn *nn;             /* the nn ops' program, kernels and scratch (ocl_nn.c), or NULL */
 } ocl_ctx;
 
 /* The OpenCL error's name ("CL_OUT_OF_RESOURCES"), or "CL error <n>". */
@@ -99,5 +128,13 @@ extern const char *const ocl_kernel_names[OCL_NK + 1];
 vla_status ocl_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out);
 void ocl_ws_release(ocl_ctx *ctx);
+
+/* The backward op (ocl_grad.c). */
+vla_status ocl_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g);
+void ocl_gws_release(ocl_ctx *ctx);
+
+/* The nn ops (ocl_nn.c, vla/nn.h): the backend's table and the release of its state. */
+extern const struct vla_nn_iface ocl_nn_iface;
+void ocl_nn_release(ocl_ctx *ctx);
 
 #endif

@@ -8,7 +8,7 @@
  * queued (downloads are blocking, vla_backend_synchronize waits).
  *
  * CLBlast (optional, VLA_HAVE_CLBLAST): measured on PoCL (2 cores; numbers and commands in
- * benchmarks/results/2026-11-30-opencl-pocl-vs-cpu.md, the program in bench_clblast.c), CLBlast's
+ * benchmarks/results/2026-11-30-opencl-pocl-vs-cpu/README.md, the program in bench_clblast.c), CLBlast's
  * strided-batched SGEMM ran one scan level's map compositions ([dk, dk] x [dk, dk + dv] per pair,
  * 4096 pairs) 2.0x (d = 32) to 2.9x (d = 64) faster than the own compose kernel, and the whole
  * scan algorithm 3.1x (B=1 H=4 d=32 T=2048) to 4.4x (B=2 H=8 d=64 T=1024) faster, so the scan
@@ -105,7 +105,8 @@ static void a_flt(launch *l, float v) { arg(l, sizeof v, &v); }
 const char *const ocl_kernel_names[OCL_NK + 1] = {
     "prep", "norm_out", "init_a_real", "store_a_real", "init_a_f32", "affine_level", "affine_apply",
     "softmax_fused", "gdr_sequential", "gdr_chunk_prep", "gdr_chunk_run", "vla_sequential", "vla_a_chunked",
-    "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "CLBlast sgemm",
+    "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "grad_norm_den", "grad_norm", "grad_prep",
+    "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "CLBlast sgemm",
 };
 
 /* Enqueues `groups` work-groups of wg items. */
@@ -145,7 +146,7 @@ static vla_status zero_buf(vla_backend *b, cl_mem m, size_t bytes) {
 
 /* ---- algorithm choice ---- */
 
-/* AUTO: measured with vla-bench (benchmarks/results/2026-11-30-opencl-pocl-vs-cpu.md), the
+/* AUTO: measured with vla-bench (benchmarks/results/2026-11-30-opencl-pocl-vs-cpu/README.md), the
  * sequential kernels beat the chunked and two-level ones on both devices tried, PoCL on 2 CPU
  * cores and an NVIDIA H200, at B=1 H=4 d=32 T=2048 and B=2 H=8 d=64 T=1024: the chunked A part
  * (vla_a_chunked) runs one work-group per head through c barrier-separated Cholesky steps per

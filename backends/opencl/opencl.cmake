@@ -4,7 +4,7 @@
 #
 # CLBlast (libclblast-dev, optional): its batched SGEMM does the scan levels of the scan and
 # two-level algorithms where it is found, measured 3-4.4x faster end to end than the own compose kernel on
-# PoCL (ocl_ops.c's header comment; benchmarks/results/2026-11-30-opencl-pocl-vs-cpu.md).
+# PoCL (ocl_ops.c's header comment; benchmarks/results/2026-11-30-opencl-pocl-vs-cpu/README.md).
 find_package(OpenCL REQUIRED)
 find_package(CLBlast QUIET)
 if(CLBlast_FOUND)
@@ -28,7 +28,12 @@ set(_vla_cl_sources
   ${_vla_cl_dir}/prep.cl
   ${_vla_cl_dir}/softmax.cl
   ${_vla_cl_dir}/linear_delta.cl
-  ${_vla_cl_dir}/vla.cl)
+  ${_vla_cl_dir}/vla.cl
+  ${_vla_cl_dir}/grad_prep.cl
+  ${_vla_cl_dir}/grad_softmax.cl
+  ${_vla_cl_dir}/grad_linear_delta.cl
+  ${_vla_cl_dir}/grad_vla.cl
+  ${_vla_cl_dir}/nn.cl)
 set(_vla_cl_generated ${CMAKE_CURRENT_BINARY_DIR}/vla_opencl_kernels.c)
 add_custom_command(
   OUTPUT ${_vla_cl_generated}
@@ -41,6 +46,8 @@ add_custom_command(
 target_sources(vla PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ocl_backend.c
   ${CMAKE_CURRENT_LIST_DIR}/ocl_ops.c
+  ${CMAKE_CURRENT_LIST_DIR}/ocl_grad.c
+  ${CMAKE_CURRENT_LIST_DIR}/ocl_nn.c
   ${_vla_cl_generated})
 target_include_directories(vla PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_compile_definitions(vla PRIVATE VLA_HAVE_OPENCL CL_TARGET_OPENCL_VERSION=120)

@@ -1,7 +1,7 @@
 /* Dense inversion of a symmetric positive definite N x N matrix (double) by one block of the
- * chunk-parallel kernels: A at a segment's start, A_g = M_g^{-1} (apart_kernel, vla_chunkpar.cu).
+ * chunk-parallel kernels: A at a segment's start, A_g = M_g^{-1} (apart_kernel, vla_chunkpar_factors.cu).
  * In a header of its own so that benchmarks/gj_inverse_bench.cu times this very code against
- * other forms (session 8: a row-a-lane form with the steps unrolled was twice as fast in
+ * other forms (a row-a-lane form with the steps unrolled was twice as fast in
  * isolation and no faster in apart_kernel; see that file). */
 #ifndef VLA_INVERSE_CUH
 #define VLA_INVERSE_CUH
@@ -61,10 +61,10 @@ template <int N, typename S, typename F> __device__ __forceinline__ void gj_inve
         for (int j = 0; j < R; j++) out(r0 + i, c0 + j, m[i][j]);
 }
 
-/* ---- The blocked form (session 11): the same inverse by 2 x 2 blocks of N / 2, recursively down
+/* ---- The blocked form: the same inverse by 2 x 2 blocks of N / 2, recursively down
  * to 16 x 16 blocks that one warp inverts in registers. gj_inverse's N steps each wait on a barrier,
  * a shared-memory round trip and a double division (about 640 cycles a step at N = 32, 20k a block,
- * benchmarks/results/2026-11-30-h200-session10/run2-ab-gj-pairs); here the 16 x 16 inversions
+ * git: 4ae431f); here the 16 x 16 inversions
  * step within one warp (no block barrier), and the rest is four small products per level, a
  * barrier each:
  *   X = M11^{-1} M12,  S = M22 - M12^T X,  Y = X S^{-1};
@@ -80,29 +80,29 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #endif
 
 /* In place: the 16 x 16 block at B (ld) <- its inverse, by the first W warps of the block (below).
- * With W = 1 (session 11's form, `inv16_warp` until session 24) lane l keeps row l & 15, columns
+ * With W = 1 (one warp) lane l keeps row l & 15, columns
  * 8 (l >> 4) .. + 7, in registers. At step k the threads holding row k publish it
  * to buf (double[2][16], by k's parity, as gj_inverse), and after a __syncwarp every lane reads its
  * eight pivot-row entries (four 16-byte loads), the pivot, and its pivot-column entry: no barrier.
  * The column comes from the row because in-place Gauss-Jordan on a symmetric matrix keeps entries
  * (i, j) symmetric while i and j are both pivoted or both not, and antisymmetric otherwise: so
  * M[r][k] = M[k][r] for r > k and -M[k][r] for r < k. (The first form, ten double shuffles a step,
- * took 5.4-6.3k cycles a call on the H200, this one 5.1-5.5k: session 11 run 4. What is left is
+ * took 5.4-6.3k cycles a call on the H200, this one 5.1-5.5k. What is left is
  * mostly each step's chain of dependent double operations, the reciprocal's six among them.) */
-/* VLA_INV16_UNROLL (development, session 17): the steps unrolled. The first call in a block pays for
+/* VLA_INV16_UNROLL (development): the steps unrolled. The first call in a block pays for
  * fetching the code (3.5-7k cycles on top of 5.1k at 16, 19 KB); rolled (1) it is 3.7 KB but a step
  * took 1,050 cycles instead of 320 (the forward 15-19% slower; 2: 6-9%), its selects no longer
- * constant. 8 (since session 18) keeps the step's column constant in 10.5 KB: the forward 0.2-0.6%
+ * constant. 8 keeps the step's column constant in 10.5 KB: the forward 0.2-0.6%
  * faster than 16 (gated, (1,4,32) T = 2048 to 32768, two runs), the same bits. */
 #ifndef VLA_INV16_UNROLL
 #define VLA_INV16_UNROLL 8
 #endif
-/* W warps (VLA_INV16_WARPS, default 2 since session 24; 1 is session 11's form): 8 / W entries a
- * thread (row l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), and with W > 1 a barrier
- * a step (until session 26 the W warps' named barrier, now __syncthreads(): VLA_INV16_BLOCKBAR below)
- * where one warp takes a __syncwarp: fewer double operations and
- * selects a thread a step, for a barrier that costs more. The same sums, so the same bits. Session 24
- * run 5 (benchmarks/results/2026-12-02-h200-session24): blocked_inverse at N = 32 12.7k cycles a
+/* W warps (VLA_INV16_WARPS, default 2; 1: the one-warp form above): 8 / W entries a thread (row
+ * l & 15 of warp w's lane l, columns (8 / W) ((l >> 4) + 2 w) ..), and with W > 1 a barrier a step
+ * (__syncthreads(), or the W warps' named barrier: VLA_INV16_BLOCKBAR below) where one warp takes a
+ * __syncwarp: fewer double operations and selects a thread a step, for a barrier that costs more.
+ * The same sums, so the same bits. H200, with the named barrier as the step barrier (git: 69d0502):
+ * blocked_inverse at N = 32 12.7k cycles a
  * block against 13.5k with one warp (N = 64: 39.8k against 41.3k; four warps 13.8k, 40.5k; at three
  * blocks a multiprocessor no faster), the forward at (1,4,32) T = 2048 0.0506 / 0.0506 ms against
  * 0.0512 / 0.0511 gated, T = 8192 0.3% faster, the rest level. */
@@ -112,20 +112,20 @@ __device__ __forceinline__ double vla_drcp(double x) { return __drcp_rn(x); } /*
 #if defined(VLA_CUDA_EMU) && VLA_INV16_WARPS > 2 && defined(VLA_INV16_BLOCKBAR) && VLA_INV16_BLOCKBAR == 0
 #error "the emulator has a named barrier for the first 64 threads only: VLA_INV16_WARPS 1 or 2"
 #endif
-/* VLA_INV16_BLOCKBAR (session 26, default 1): with W > 1 every thread of the block calls inv16_warps
- * and each step's barrier is __syncthreads() (the threads past the W warps only wait there). 0 is
- * session 24's form, the named barrier of the W warps alone (bar.sync 1, 32 W). compute-sanitizer's
+/* VLA_INV16_BLOCKBAR (default 1): with W > 1 every thread of the block calls inv16_warps
+ * and each step's barrier is __syncthreads() (the threads past the W warps only wait there). 0: the
+ * named barrier of the W warps alone (bar.sync 1, 32 W). compute-sanitizer's
  * racecheck (CUDA 13.0) reported 188 hazards in that form's blocks over vla-check --mechanism vla
  * --algo chunked, every one a pair of accesses on the two sides of a __syncthreads() after the
  * inversion: the first, X = M11^{-1} M12 (dprod) written by a thread < 32 W and read by a thread
  * >= 32 W in S = M22 - M12^T X; later ones in chol_z_blocked, s_factors and the tensor-core tiles'
  * loads. With __syncthreads() as the step barrier (no other change; or one warp, W = 1) it reports
  * none, and vla-check prints the same errors to the last digit. We read them as racecheck's model of
- * the named barrier, and keep the form it can check. H200, gated (benchmarks/results/
- * 2026-12-02-h200-session26, runs 3 and 4): (1,4,32) T = 2048 0.0507-0.0510 ms against 0.0498-0.0502
+ * the named barrier, and keep the form it can check. H200, gated (git: 9acd110, two
+ * runs): (1,4,32) T = 2048 0.0507-0.0510 ms against 0.0498-0.0502
  * with the named barrier, the other target rows level. Eight warps (VLA_INV16_WARPS=8, one entry a
  * thread, __syncthreads a step) measured 0.0498 / 0.0501 there and racecheck reported none over the
- * VLA chunked cases; not made the default (its full test and sanitizer runs did not fit run 4). */
+ * VLA chunked cases; not the default: test_cuda and the other sanitizers have not run it. */
 #ifndef VLA_INV16_BLOCKBAR
 #define VLA_INV16_BLOCKBAR 1
 #endif

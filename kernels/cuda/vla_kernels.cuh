@@ -74,7 +74,7 @@ cudaError_t launch_scan_build(const aux_params &p, cudaStream_t st);
 cudaError_t launch_scan_out(const aux_params &p, cudaStream_t st);
 cudaError_t launch_scan_final(const aux_params &p, cudaStream_t st);
 
-/* ---- chunk-parallel VLA (vla_chunkpar.cu): the chunked algorithm when chunkpar_applies ---- */
+/* ---- chunk-parallel VLA (vla_chunkpar.cuh; launcher vla_chunkpar.cu): the chunked algorithm when chunkpar_applies ---- */
 struct cp_params {
     vlacu_args a;
     int nch;            /* chunks per head (R = 0: chunk j is tokens j*C .. min(j*C + C, T) - 1) */
@@ -116,7 +116,7 @@ int chunkpar_sfac_minb(const vlacu_args &a, const vlacu_device &dev, int nch);
 int chunkpar_gram_parts(int seg);
 cudaError_t launch_chunkpar(const cp_params &p, int bv, cudaStream_t st, const vlacu_aux *aux);
 
-/* Development (VLA_CUDA_HOST_TIMES=1, session 17): the host clock at named points of a call (after each
+/* Development (VLA_CUDA_HOST_TIMES=1): the host clock at named points of a call (after each
  * launch of the chunk-parallel form), printed to stderr when vlacu_forward returns. Off: one test. */
 bool host_marks_on();
 void host_mark(const char *what);

@@ -156,7 +156,7 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
                 if (L->nseg > 1)
                     L->cpGp = w.take(sat_mul(sat_mul(BH, (size_t)(L->nseg - 1) * chunkpar_gram_parts(L->seg)), DK * DK * 4));
             }
-            /* VLA_CP_WS_PAD=bytes (development, session 18): that much unused space before each of the
+            /* VLA_CP_WS_PAD=bytes (development): that much unused space before each of the
              * arrays the A part writes, to see whether a block's speed follows where they lie */
             static const size_t ws_pad = [] {
                 const char *e = getenv("VLA_CP_WS_PAD");

@@ -3,13 +3,13 @@
  *
  * Precision: 3xTF32 (4xTF32 where FOUR says so, see mmb). Each float32 operand x is split into
  * big = tf32(x) (tf32: 10 stored mantissa bits, round to nearest, ties away) and small = x - big,
- * which the tensor core reads truncated to tf32 (since session 14; rounded before, see
+ * which the tensor core reads truncated to tf32 (rounded costs an instruction more, see
  * split_tf32), and a b ~ big_a big_b + big_a small_b + small_a big_b; the dropped small_a small_b
  * term is below 2^-22 of |a b|. So a product keeps about 21 of float32's 24 bits, where plain TF32
  * keeps 11 (relative error 2^-11: far outside the 1e-5 the issue asks for). The steps are summed
  * from zero in the tensor core and added to the float32 accumulator on the CUDA cores, rounded to
  * nearest (the tensor core's own additions truncate; see mmt): every 8-deep step in the A part's
- * 4xTF32 products, every four (32 deep) in the others since session 14.
+ * 4xTF32 products, every four (32 deep) in the others (VLA_SPLIT_CFG).
  *
  * Layout: a block of 8 warps computes an M x N product (M, N multiples of 16 and 8; M/16 tiles
  * spread over the warps first, then N/8). Each warp owns MT x NTL tiles of 16 x 8 and holds them
@@ -17,12 +17,12 @@
  * rows g and g + 8, columns 2t and 2t + 1 of a tile. blk<M, N>::row(e) / col(e) name the output
  * entry of accumulator e, so that an epilogue is written once for both forms.
  *
- * Shared-memory leading dimensions of operands: ld = 4 (mod 32) since session 15. A K-contiguous
- * fragment (A[r * ld + p]: rows g, columns t) is then conflict-free (bank 4g + t) and the
- * transpose (B[p * ld + c]: bank 4t + g (+ 16)) 2-way; ld = 5 (mod 32), before, gave 2-way on both,
- * and the H200 ran 1-3% slower with it (benchmarks/results/2026-12-01-h200-session15; 8 (mod 32),
- * the other way round, was between the two). Even ld costs the FMA form (sm_75) its conflict-free
- * column reads (TB: B[c * ld + p] over 16 consecutive c, now 2-way); a T4 has not timed either. */
+ * Shared-memory leading dimensions of operands: ld = 4 (mod 32). A K-contiguous fragment
+ * (A[r * ld + p]: rows g, columns t) is then conflict-free (bank 4g + t) and the transpose
+ * (B[p * ld + c]: bank 4t + g (+ 16)) 2-way; ld = 5 (mod 32) gives 2-way on both, and the H200 ran
+ * 1-3% slower with it (git: 48278ba; 8 (mod 32), the other way round, was between the two). Even
+ * ld costs the FMA form (sm_75) its conflict-free column reads (TB: B[c * ld + p] over 16
+ * consecutive c, 2-way with an even ld, free with ld = 5); a T4 has not timed either. */
 #ifndef VLA_MMA_CUH
 #define VLA_MMA_CUH
 
@@ -38,8 +38,8 @@ namespace vlacu {
 namespace cp {
 
 constexpr int NT = 256; /* threads of every chunk-parallel kernel: 8 warps */
-/* Leading dimension = columns + LD_PAD (columns are multiples of 32): 4 since session 15, see the
- * top of this file; VLA_LD_PAD (development) sets it, 5 gives session 14's layout. */
+/* Leading dimension = columns + LD_PAD (columns are multiples of 32): 4, see the top of this file;
+ * VLA_LD_PAD (development) sets it (5: 2-way conflicts on both fragment reads). */
 #ifndef VLA_LD_PAD
 #define VLA_LD_PAD 4
 #endif
@@ -150,7 +150,7 @@ __device__ __forceinline__ float u2f(unsigned u) { return __uint_as_float(u); }
 /* tf32(x): round the 13 low mantissa bits off, to nearest, ties away (cvt.rna.tf32.f32 on finite
  * values; an infinity stays one). Integer form: two integer operations, so the emulator rounds
  * identically. (The cvt.rna.tf32.f32 instruction was slower on the H200: the (8,16,64) T = 2048
- * VLA forward took 1.80 ms with it against 1.59 ms, benchmarks/results/2026-11-30-h200-session5.) */
+ * VLA forward took 1.80 ms with it against 1.59 ms, git: 77f4698.) */
 __device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u) & 0xffffe000u; }
 /* big = tf32(x); small = tf32(x - big) with its 13 low bits left as they fall: mma reads a .tf32
  * operand's top 19 bits only (CUTLASS's float-to-tf32 converter leaves them for that reason), so
@@ -158,8 +158,9 @@ __device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u)
  * same product. VLA_TF32_FAST3 (development, A/B): CUTLASS's 3xTF32 default instead, big = x
  * truncated, small rounded: three instructions, one bit less on the cross terms (2^-21 of |x|
  * against 2^-22). */
-/* The split's cost (session 14): every fragment load splits, and at d = 64 the splits and the
- * rounded adds were half of a product's instructions (Nsight Compute, session 10). So by default
+/* The split's cost: every fragment load splits, and at d = 64 the splits and the rounded adds were
+ * half of a product's instructions (Nsight Compute) with four instructions a split and a rounded add
+ * every step (VLA_SPLIT_CFG = 441). So by default
  * (VLA_SPLIT_CFG = 334, a development switch: xyz = x instructions a split in the 4xTF32
  * products, y in the 3xTF32 ones and softmax, z = the 8-deep steps a 3xTF32 product sums in the
  * tensor core between rounded adds, see mmt):
@@ -167,10 +168,10 @@ __device__ __forceinline__ unsigned tf32_of(float x) { return (f2u(x) + 0x1000u)
  *    error is up to 2^-21 of |x| where rounding gave 2^-22; the fourth instruction goes);
  *  - OPS = 2 (not used): big = x as it is (the tensor core reads its top 19 bits), small =
  *    x - trunc(x), truncated in turn (up to 2^-20): 5.6x some tests' errors;
- *  - OPS = 4: the rounded form above (441 is the form before session 14).
- * H200, gated, against 441 (benchmarks/results/2026-12-01-h200-session14, run 3): (1,4,32)
+ *  - OPS = 4: the rounded form above.
+ * H200, gated, against 441 (git: cfcbb6a): (1,4,32)
  * T = 2048 ... 131072 -2 to -5%, (8,16,64) T = 2048 and 32768 -8 and -9%; every test error within
- * its bound, the largest 0.40 of it (as before); long-sequence errors 6.7e-7 against 3.5e-7. */
+ * its bound, the largest 0.40 of it (as with 441); long-sequence errors 6.7e-7 against 3.5e-7. */
 #ifndef VLA_SPLIT_CFG
 #define VLA_SPLIT_CFG 334
 #endif
@@ -198,10 +199,10 @@ __device__ __forceinline__ void split_tf32(float x, unsigned &big, unsigned &sma
 
 /* Fragment loads of one 8-deep step at k1 (PTX ISA, mma.m16n8k8 .tf32), unsplit: the left
  * operand's rows r and r + 8 (A[r * lda + p], or A[p * lda + r] when TA) into a[0..3], the right
- * operand's column c (B[p * ldb + c], or B[c * ldb + p] when TB) into b[0..1]. (Session 15 tried
- * each step's k in pairs, mma slot t <-> column 2t and t + 4 <-> 2t + 1, so that a K-contiguous
- * operand's two values are one 8-byte load: with LD_PAD 4 or 8 it was 1% slower to 1% faster on
- * VLA and up to 7% slower on DeltaNet, benchmarks/results/2026-12-01-h200-session15.) */
+ * operand's column c (B[p * ldb + c], or B[c * ldb + p] when TB) into b[0..1]. (Each step's k in
+ * pairs, mma slot t <-> column 2t and t + 4 <-> 2t + 1, so that a K-contiguous
+ * operand's two values are one 8-byte load, was 1% slower to 1% faster on VLA with LD_PAD 4 or 8
+ * and up to 7% slower on DeltaNet, git: 48278ba.) */
 template <bool TA>
 __device__ __forceinline__ void frag_a(const float *A, int lda, int r, int k1, int t, float (&a)[4]) {
 #pragma unroll
@@ -436,10 +437,10 @@ template <int M, int N> using blk = typename pick_tile<VLA_CP_TC && tc_fits(M, N
  * products of VLA's A part (and its Gram sums). There a_t = normalize(K A0 - tril(K Z^T) Z) cancels
  * (with u = s_u k^ the first token's two terms agree to 1 / (1 + s_u^2 / lambda0), 1/11 at the
  * defaults), which multiplies the products' rounding; in 3xTF32 one random input at T = 1, dk = 8
- * gave 1.18e-5 against the 1e-5 bound on the H200, 3.6e-7 with the fourth term (session 7; in the
+ * gave 1.18e-5 against the 1e-5 bound on the H200, 3.6e-7 with the fourth term (in the
  * emulator 8.4e-6 and 2.3e-6, and 9.2e-7 in FP32 FMA). 2 = 3xTF32 with the A part's rounded add
- * after every 8-deep step: since session 25 the A part's products that do not form that difference
- * (VLA_CP_A3 in vla_chunkpar.cu). */
+ * after every 8-deep step: the A part's products that do not form that difference (VLA_CP_A3 in
+ * vla_chunkpar_tiles.cuh). */
 template <int M, int N, int K, bool TA, bool TB, int FOUR = 0>
 __device__ __forceinline__ void mmb(const float *A, int lda, const float *B, int ldb, float (&acc)[blk<M, N>::NE]) {
 #if VLA_CP_TC

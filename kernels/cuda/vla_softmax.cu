@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(VLACU_NT) softmax_kernel(const vlacu_args a, i
  * query tiles (softmax_tc_nsplit: fewer blocks than two a multiprocessor) each tile's key tiles
  * are split into parts, blocks of their own, combined by softmax_combine_kernel (flash-decoding's
  * split): at (1,4,32) T = 2048 the last query tile walked 32 key tiles alone, 0.178 ms; in 5
- * parts 0.081 ms (session 7 run2).
+ * parts 0.081 ms.
  * Non-finite values: a NaN score makes its row NaN (the running max propagates NaN); a NaN or
  * infinite v in a tile that some row must not see (the diagonal tiles) would reach that row
  * through 0 x NaN in the product, so such a tile takes a per-key FMA path that skips the keys

@@ -201,6 +201,16 @@ cudaError_t cudaFree(void *p) {
     free(p);
     return cudaSuccess;
 }
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    void *m = malloc(bytes ? bytes : 1);
+    if (!m) return ret(cudaErrorMemoryAllocation);
+    *p = m;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind) {
     memmove(dst, src, n);
     return cudaSuccess;

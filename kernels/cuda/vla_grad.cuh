@@ -1,0 +1,161 @@
+/* Internal to kernels/cuda: the backward op's kernels (VLA-MATH 5), their parameter blocks and the
+ * block-level helpers they share. vla_grad_launch.cu plans and sequences them:
+ *
+ *   softmax             vla_grad_softmax.cu: row statistics and dq by query tiles, dk and dv by key
+ *                       tiles (flash-attention style; the T x T matrix is never stored).
+ *   linear, delta, vla  vla_grad_prep.cu (prepare q~, k~, k^, u into [BH][T][dk] rows), then
+ *                       vla_grad_seq.cu (one block per head: the recurrent backward with
+ *                       checkpoints), then vla_grad_prep.cu again (the chain rule back through the
+ *                       feature map, normalize(k~), normalize(u) and s_u to the raw inputs).
+ *
+ * The helpers here follow vla_common.cuh's conventions (called by every thread of the block with the
+ * same arguments). They avoid warp shuffles in loops over rows: partial sums go through shared
+ * memory, one barrier each, which is also what keeps the CPU emulator fast enough to test them. */
+#ifndef VLA_GRAD_CUH
+#define VLA_GRAD_CUH
+
+#include "vla_common.cuh"
+
+namespace vlacu {
+namespace grad {
+
+/* ---- y_v[o] = sum_p M(o, p) x_v[p] for o < nout, p < nin, v < NV (1 or 2 vectors sharing one
+ * read of M), M(o, p) = TR ? M[p * ld + o] : M[o * ld + p]. Sums in AT. red: NV * blockDim.x
+ * AT of shared scratch. Starts without a barrier (the caller has synced x and M) and ends with
+ * one. Threads own outputs; when there are fewer outputs than threads, np = blockDim / nout
+ * threads split each sum and add their parts through red. */
+template <bool TR, int NV, typename AT, typename MT, typename XT, typename YT>
+__device__ __noinline__ void mv(const MT *M, size_t ld, int nout, int nin, const XT *x0, const XT *x1, YT *y0,
+                                YT *y1, AT *red) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int np = nt / nout;
+    if (np <= 1) {
+        for (int o = tid; o < nout; o += nt) {
+            AT s0 = AT(0), s1 = AT(0);
+            for (int p = 0; p < nin; p++) {
+                const AT m = (AT)(TR ? M[(size_t)p * ld + o] : M[(size_t)o * ld + p]);
+                s0 = fma(m, (AT)x0[p], s0);
+                if (NV > 1) s1 = fma(m, (AT)x1[p], s1);
+            }
+            y0[o] = (YT)s0;
+            if (NV > 1) y1[o] = (YT)s1;
+        }
+        __syncthreads();
+        return;
+    }
+    if (tid < np * nout) {
+        const int pp = tid / nout, o = tid - pp * nout;
+        AT s0 = AT(0), s1 = AT(0);
+        for (int p = pp; p < nin; p += np) {
+            const AT m = (AT)(TR ? M[(size_t)p * ld + o] : M[(size_t)o * ld + p]);
+            s0 = fma(m, (AT)x0[p], s0);
+            if (NV > 1) s1 = fma(m, (AT)x1[p], s1);
+        }
+        red[tid] = s0;
+        if (NV > 1) red[nt + tid] = s1;
+    }
+    __syncthreads();
+    if (tid < nout) {
+        AT s0 = AT(0), s1 = AT(0);
+        for (int pp = 0; pp < np; pp++) {
+            s0 += red[pp * nout + tid];
+            if (NV > 1) s1 += red[nt + pp * nout + tid];
+        }
+        y0[tid] = (YT)s0;
+        if (NV > 1) y1[tid] = (YT)s1;
+    }
+    __syncthreads();
+}
+
+/* ---- K block-wide sums of one double per thread each; every thread gets the totals. sc: 32 K
+ * doubles of shared scratch. Starts with a barrier (sc may still be read by the previous call) and
+ * leaves the last reads unbarriered, as vla_common.cuh's block_sum. */
+template <int K> __device__ __forceinline__ void block_sums(double (&v)[K], double *sc) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 0; k < K; k++) v[k] = warp_sum(v[k]);
+    __syncthreads();
+    if (lane == 0)
+#pragma unroll
+        for (int k = 0; k < K; k++) sc[k * 32 + warp] = v[k];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        double s = 0.0;
+        for (int w = 0; w < nw; w++) s += sc[k * 32 + w];
+        v[k] = s;
+    }
+}
+
+/* dst[i] = src[i], i < n (no barrier). */
+template <typename D, typename S> __device__ __forceinline__ void ldvec(D *dst, const S *src, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = (D)src[i];
+}
+
+/* ---- where the recurrent backward's four state matrices live: dynamic shared memory when they
+ * fit (in priority order), else the head's global slice. */
+enum { GB_X = 0, GB_DX = 1, GB_A = 2, GB_DA = 3, GB_N = 4 };
+struct gplan {
+    long long off[GB_N];       /* byte offset; -1: unused */
+    unsigned char smem[GB_N];  /* 1: dynamic shared memory, 0: the head's global slice */
+    size_t smem_bytes;         /* dynamic shared memory per block */
+    size_t spill_bytes;        /* bytes at the start of each head's slice (a multiple of 256) */
+};
+
+template <typename T> __device__ __forceinline__ T *gbuf(const gplan &p, int id, unsigned char *smem, unsigned char *gs) {
+    if (p.off[id] < 0) return nullptr;
+    return (T *)((p.smem[id] ? smem : gs) + p.off[id]);
+}
+
+/* The rest of a head's global slice (byte offsets from its start): checkpoints of X = S^T (float,
+ * [dk][dv]), A (double, [dk][dk]) and n (float, [dk]) at the start of every chunk of C tokens, and
+ * the chunk store, the per-token values of the chunk being walked: X_{t-1} [C][dk][dv], z_t [C][dk]
+ * (double), den_t, ||y_t||, gate_t [C] (double), a_t (or w_t) [C][dk], e_t [C][dv], n_t [C][dk]. */
+struct seq_layout {
+    size_t ckX, ckA, ckN;
+    size_t sX, sZ, sDen, sYn, sGate, sW, sE, sN;
+    size_t bytes; /* per head (a multiple of 256) */
+};
+
+struct gseq_params {
+    vlacu_args a;                          /* the forward's arguments (inputs, initial states, options) */
+    const float *Qp, *Kf, *Kh, *Up;        /* prepared rows [BH][T][dk]: q~, k~, k^, u (null: unused) */
+    const float *dO, *dS_end, *dA_end, *dn_end;
+    float *dQp, *dKf, *dKh, *dU;           /* gradients of the prepared rows [BH][T][dk] (null: unused) */
+    float *dv, *dbeta, *dg, *dS0, *dA0, *dn0; /* the op's outputs written here (null: not requested) */
+    int C, nck;                            /* checkpoint interval, checkpoints */
+    gplan plan;
+    seq_layout lay;
+    unsigned char *slices;                 /* BH slices of lay.bytes */
+};
+size_t grad_seq_static_smem();
+cudaError_t launch_grad_seq(const gseq_params &p, cudaStream_t st);
+
+/* ---- the prep and its chain rule (vla_grad_prep.cu) ---- */
+struct gprep_params {
+    vlacu_args a;
+    float *Qp, *Kf, *Kh, *Up;              /* forward: written where not null */
+    const float *dQp, *dKf, *dKh, *dU;     /* backward: read where not null */
+    float *dq, *dk, *du;                   /* backward: the op's outputs, written where not null */
+};
+cudaError_t launch_grad_prep(const gprep_params &p, cudaStream_t st);
+cudaError_t launch_grad_prep_back(const gprep_params &p, cudaStream_t st);
+
+/* ---- softmax (vla_grad_softmax.cu) ---- */
+struct gsm_params {
+    vlacu_args a;
+    const float *dO;
+    float *dq, *dk, *dv; /* null: not requested */
+    float *lse, *D;      /* [BH][T] row statistics (workspace) */
+    int tile;
+    size_t smem_rows, smem_keys; /* dynamic shared memory of the two kernels */
+};
+size_t grad_softmax_static_smem();
+/* Largest tile (64 .. 4) whose two kernels fit `budget` bytes of dynamic shared memory; 0 if none. */
+int grad_softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_rows, size_t *smem_keys);
+cudaError_t launch_grad_softmax(const gsm_params &p, cudaStream_t st);
+
+} // namespace grad
+} // namespace vlacu
+
+#endif /* VLA_GRAD_CUH */
