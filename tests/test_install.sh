@@ -86,7 +86,7 @@ if FLAGS=$(PKG_CONFIG_PATH="$(dirname "$PC")" pkg-config $STATIC --cflags --libs
         # Say whether that is the only problem: pkgconf can override the prefix from the .pc's place.
         if DFLAGS=$(PKG_CONFIG_PATH="$(dirname "$PC")" pkg-config --define-prefix $STATIC --cflags --libs vla 2>/dev/null) &&
             $CC -std=c11 $SANFLAGS -o "$WORK/pc-consumer-dp" "$SRC/tests/install/main.c" $DFLAGS -lm >/dev/null 2>&1 &&
-            LD_LIBRARY_PATH="$LIBDIR" "$WORK/pc-consumer-dp" >/dev/null 2>&1; then
+            LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$WORK/pc-consumer-dp" >/dev/null 2>&1; then
             echo "NOTE: with pkg-config --define-prefix ('$DFLAGS') the consumer builds and runs: only the .pc's prefix is wrong"
         fi
     fi
@@ -104,7 +104,7 @@ fi
 
 # 4. the installed tool
 if [ -x "$PREFIX/bin/vla-run" ]; then
-    if out=$(LD_LIBRARY_PATH="$LIBDIR" "$PREFIX/bin/vla-run" --version 2>&1); then
+    if out=$(LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PREFIX/bin/vla-run" --version 2>&1); then
         pass "installed vla-run: $out"
     else
         fail "installed vla-run --version failed: $out"
