@@ -9,6 +9,8 @@
 #   ctest         the CTest suite (less `cuda`, run just before), OpenCL on NVIDIA's driver
 #   check_cuda    vla-check --backend cuda --hash
 #   check_opencl  vla-check --backend opencl --hash (the first OpenCL GPU: NVIDIA's driver)
+#   check_grad    vla-check --grad (the backward against ref64's float64 backward) on cuda and on
+#                 opencl (NVIDIA's driver), every backward algorithm
 #   targets       the speed-target table: vla-bench --targets --json (with the copy and GEMM rates)
 #   gated         the VLA chunked target rows again behind a host hold (--gate US): the GPU's time
 #   sweep         vla-bench --backend cuda at (B,H,d) = (1,4,32), T = 512..32768 (the paper's plot)
@@ -17,6 +19,10 @@
 #                 vla-bench --backend cuda --backward at (B,H,d) = (1,4,32), T = 2048, 8192, 32768
 #                 and (8,16,64), T = 2048, 8192; then the peers' .peers/public_fwdbwd.py (SDPA,
 #                 FLA's chunked IPLR and DeltaNet, fp32 and bf16) at the same shapes
+#   train         (--train, or --only train) the training step, ms per step: vla-train on cuda
+#                 and opencl per mechanism at MQAR n = 24, T = 73, batch 64
+#                 (benchmarks/train_speed.sh), then the paper's own step
+#                 (.peers/paper_train_speed.py) at the same setting, and paper ms / ours ms
 #   sanitizers    compute-sanitizer over vla-check --backend cuda: memcheck, racecheck one
 #                 algorithm at a time, synccheck
 #   jit75         a compute_75-only build (PTX, JIT-compiled by the driver: the T4's code on this
@@ -47,6 +53,7 @@
 #   --gate US          host hold of the gated rows, microseconds (default 3000)
 #   --peers LIST       comma-separated peers' scripts (default public_fwd.py; also public_fwdbwd.py)
 #   --backward         add the backward stage (off by default; up to 360 s of the deadline)
+#   --train            add the train stage (off by default; up to 250 s of the deadline)
 #   --baseline DIR     a source tree to compare with bit for bit (e.g. .baseline from
 #                      `fetch_device_deps.sh --baseline COMMIT`), built with the same --arch
 #   --quick            build, test_cuda, ctest, the two vla-checks and the target table (--quick)
@@ -76,9 +83,9 @@ OUTDIR=${OUT:-$ROOT/gpu-out}
 ENV_COMMIT=${VLA_COMMIT:-}
 NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null || echo 8) GATE=3000
 CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
-STAGES=(build test_cuda ctest check_cuda check_opencl targets gated sweep sdpa backward sanitizers jit75 baseline peers)
+STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train sanitizers jit75 baseline peers)
 declare -A SKIP=()
-BACKWARD=0
+BACKWARD=0 TRAIN=0
 
 die() { echo "gpu_report.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -95,10 +102,11 @@ while [ $# -gt 0 ]; do
     --baseline) BASELINE=${2:?--baseline needs a folder}; shift ;;
     --quick) QUICK=1 ;;
     --backward) BACKWARD=1 ;;
+    --train) TRAIN=1 ;;
     --only) ONLY=${2:?--only needs stage names}; shift ;;
     --skip-tests) SKIP[test_cuda]=1 SKIP[ctest]=1 ;;
     --skip-ctest) SKIP[ctest]=1 ;;
-    --skip-check) SKIP[check_cuda]=1 SKIP[check_opencl]=1 ;;
+    --skip-check) SKIP[check_cuda]=1 SKIP[check_opencl]=1 SKIP[check_grad]=1 ;;
     --skip-opencl) OPENCL=OFF SKIP[check_opencl]=1 ;;
     --skip-targets) SKIP[targets]=1 ;;
     --skip-gated) SKIP[gated]=1 ;;
@@ -120,12 +128,14 @@ done
 if [ "$QUICK" = 1 ]; then for s in gated sweep sdpa peers sanitizers jit75; do SKIP[$s]=1; done; fi
 # The backward stage runs when asked for: --backward, or named in --only.
 [ "$BACKWARD" = 1 ] || [[ ",$ONLY," == *",backward,"* ]] || SKIP[backward]=1
+# So does the train stage: --train, or named in --only.
+[ "$TRAIN" = 1 ] || [[ ",$ONLY," == *",train,"* ]] || SKIP[train]=1
 if [ -n "$ONLY" ]; then
   for s in "${STAGES[@]}"; do [[ ",$ONLY," == *",$s,"* ]] || SKIP[$s]=1; done
   for s in ${ONLY//,/ }; do [[ " ${STAGES[*]} " == *" $s "* ]] || die "--only: no stage '$s' (${STAGES[*]})"; done
   SKIP[build]=""
   # sdpa, peers and jit75 need no main build.
-  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|targets|gated|sweep|backward|sanitizers|baseline|build), ]] || SKIP[build]=1
+  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|check_grad|targets|gated|sweep|backward|train|sanitizers|baseline|build), ]] || SKIP[build]=1
 fi
 [ -n "$BASELINE" ] || SKIP[baseline]=1
 cd "$ROOT" || exit 2
@@ -288,6 +298,19 @@ st_check_opencl() {
   RESULT="$(head -n 1 "$R/vla-check-opencl.txt" 2> /dev/null | cut -c1-100): $(last "$R/vla-check-opencl.txt")"
   return $rc
 }
+st_check_grad() {
+  need "$B/tools/vla-check" || return
+  x "$LIM" "$R/vla-check-grad-cuda.txt" + "$B/tools/vla-check" --grad --backend cuda
+  local rc=$?
+  local oc=0
+  if [ "$OPENCL" = ON ]; then
+    x "$LIM" "$R/vla-check-grad-opencl.txt" + "$B/tools/vla-check" --grad --backend opencl
+    oc=$?
+  fi
+  RESULT="cuda: $(last "$R/vla-check-grad-cuda.txt"); opencl: $(last "$R/vla-check-grad-opencl.txt" 2> /dev/null)"
+  ((rc)) && return $rc
+  return $oc
+}
 # The speed-target table: every call of it goes through this one command.
 TARGETS=("$B/tools/vla-bench" --targets)
 st_targets() {
@@ -344,12 +367,75 @@ st_backward() {
     return 127
   fi
   ((DRY)) || mkdir -p "$W/bwd-peers"
-  x "$(sublim 240)" "$R/backward-peers.txt" + env OUT="$W/bwd-peers" "${PY[@]}" "${src:-.peers/public_fwdbwd.py}"
+  x "$(sublim 120)" "$R/backward-peers.txt" + env OUT="$W/bwd-peers" "${PY[@]}" "${src:-.peers/public_fwdbwd.py}"
   r=$?
   ((DRY)) || cp "$W/bwd-peers/peers_bwd.csv" "$R/backward-peers.csv" 2> /dev/null
   ((r == 0)) || rc=$r
   RESULT="${RESULT}public_fwdbwd.py exit $r, $(grep -c -E ',[0-9.]+$' "$R/backward-peers.txt" 2> /dev/null) rows"
   return $rc
+}
+# The train stage: vla-train's step per mechanism on cuda and opencl (benchmarks/train_speed.sh,
+# within its own budget), then the paper's step (paper_train_speed.py: 5 warm-up and 30 timed
+# steps per mechanism, its batches made before the timing), then paper ms / ours ms. Files:
+# train/ (train_speed.md, .csv, the blocks and each run's logs), train-paper.txt (the paper
+# script's stdout), train-paper.csv (its CSV lines) and train-compare.md.
+PAPER_TRAIN_ARGS=(--mech "softmax,linear,delta,vla" --npairs 24 --batch 64 --warmup 5 --steps 30)
+st_train() {
+  need "$B/tools/vla-train" || return
+  local l bes=cuda rc=0 r src="" dir
+  [ "$OPENCL" = OFF ] || bes=cuda,opencl
+  l=$(sublim 150)
+  x "$l" "$R/train-speed.log" + bash "$ROOT/benchmarks/train_speed.sh" --build "$B" --backends "$bes" \
+    --budget $((l > 20 ? l - 10 : (l > 1 ? l - 1 : 1))) --out "$R/train"
+  rc=$?
+  RESULT="vla-train exit $rc, $(grep -c ',ok$' "$R/train/train_speed.csv" 2> /dev/null) runs ok; "
+  for dir in "$ROOT/.peers" "$ROOT/../shared/peers" "$ROOT/shared/peers"; do
+    [ -f "$dir/paper_train_speed.py" ] && src=$dir/paper_train_speed.py && break
+  done
+  if [ -z "$src" ] && ((!DRY)); then
+    # The comparison still comes, against TRAINER.md's figures.
+    RESULT="${RESULT}paper_train_speed.py: not in .peers/ (fetch_device_deps.sh; carry .peers)"
+    r=127
+  else
+    x "$(sublim 90)" "$R/train-paper.txt" "$W/train-paper.err" "${PY[@]}" "${src:-.peers/paper_train_speed.py}" "${PAPER_TRAIN_ARGS[@]}"
+    r=$?
+    RESULT="${RESULT}paper_train_speed.py exit $r"
+  fi
+  ((r == 0)) || rc=$r
+  ((DRY)) && return 0
+  grep -v '^#' "$R/train-paper.txt" 2> /dev/null | grep -E '^(mech,|[a-z]+,[0-9]+,)' > "$R/train-paper.csv"
+  [ -s "$R/train/train_speed.csv" ] && train_compare "$R/train/train_speed.csv" "$R/train-paper.csv" > "$R/train-compare.md"
+  RESULT="$RESULT, $(grep -c -v '^mech,' "$R/train-paper.csv") rows"
+  return $rc
+}
+# train_compare OURS PAPER: paper ms / ours ms per mechanism (ours: train_speed.csv; paper: the
+# CSV lines of paper_train_speed.py; where it gave no number, TRAINER.md's H200 figures: 5.1, 118,
+# 124 and 361 ms).
+train_compare() {
+  awk -F, 'BEGIN { ref["softmax"] = 5.1; ref["linear"] = 118; ref["delta"] = 124; ref["vla"] = 361
+                   split("softmax linear delta vla", order, " ") }
+    FNR == 1 { for (i = 1; i <= NF; i++) col[FILENAME, $i] = i; next }
+    FILENAME == ARGV[1] { be = $col[FILENAME, "backend"]; ms = $col[FILENAME, "ms_per_step"]
+      if (!(be in seen)) { seen[be] = 1; bes[++nb] = be }
+      if (ms != "") ours[be, $col[FILENAME, "mechanism"]] = ms; next }
+    { m = $col[FILENAME, "mech"]; if (m == "deltanet") m = "delta"; paper[m] = $col[FILENAME, "ms_per_step"] }
+    END {
+      printf "| mechanism | paper'"'"'s code, ms/step |"; for (j = 1; j <= nb; j++) printf " vla-train %s, ms/step | paper / %s |", bes[j], bes[j]
+      printf "\n|---|--:|"; for (j = 1; j <= nb; j++) printf "--:|--:|"; printf "\n"
+      for (i = 1; i <= 4; i++) { m = order[i]; p = paper[m]; star = ""
+        if (p == "") { p = ref[m]; star = " *" }
+        printf "| %s | %s%s |", m == "delta" ? "delta (ours: standard DeltaNet; paper: its gated variant)" : m, p, star
+        for (j = 1; j <= nb; j++) { o = ours[bes[j], m]
+          if (o == "") printf " - | - |"; else printf " %.3f | %." (p < o ? 2 : 1) "fx |", o, p / o }
+        printf "\n" }
+      print ""
+      print "paper: .peers/paper_train_speed.py in this run (its notebook 07 step in PyTorch, fp32, batches made"
+      print "before the timing); * where it gave no number: TRAINER.md'"'"'s H200 figures (torch 2.11). ours: the"
+      print "median ms/step of benchmarks/train_speed.sh (batch generation on the host inside the step). The"
+      print "two delta rows are different recurrences: vla-train'"'"'s delta is the standard DeltaNet (a write"
+      print "strength per head), the paper'"'"'s DeltaNet has a per-row gate and none (vla-train'"'"'s deltanet, not"
+      print "available yet)."
+    }' "$1" "$2"
 }
 st_sdpa() {
   local qk=()
@@ -507,6 +593,9 @@ write_readme() {
     section "Scaling sweep at (1,4,32), the summary" "$R/vla-bench-cuda.md" sweep_summary
     for f in "$R"/backward-[0-9]*.md; do [ -e "$f" ] && section "Forward + backward (vla-bench --backward)" "$f" sed -n '/^| backend |/,/^$/p'; done
     section "Public kernels, forward + backward (ms)" "$R/backward-peers.csv" csv_table
+    section "Training step: vla-train (benchmarks/train_speed.sh)" "$R/train/train_speed.md" sed '1,2d'
+    section "Training step: the paper's code (paper_train_speed.py)" "$R/train-paper.csv" csv_table
+    section "Training step: paper ms / ours ms" "$R/train-compare.md"
     section "compute-sanitizer over vla-check --backend cuda" "$R/sanitizers.txt" sed 's/^/    /'
     section "Against the baseline" "$R/baseline-compare.txt" sed 's/^/    /'
     printf '\n## Files\n\n'
@@ -559,11 +648,13 @@ stage test_cuda 150 st_test_cuda
 stage ctest 150 st_ctest
 stage check_cuda 60 st_check_cuda
 stage check_opencl 90 st_check_opencl
+stage check_grad 120 st_check_grad
 stage targets 150 st_targets
 stage gated 90 st_gated
 stage sweep 90 st_sweep
 stage sdpa 90 st_sdpa
 stage backward 360 st_backward
+stage train 250 st_train
 start_builds
 stage sanitizers 360 st_sanitizers
 stage jit75 200 st_jit75
