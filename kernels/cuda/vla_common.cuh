@@ -64,8 +64,16 @@ __device__ __forceinline__ void pdl_enter() {
 /* Host: raises a kernel's dynamic shared-memory limit to `bytes` (needed above 48 KB) once per
  * device and size: the call costs microseconds, which the decode path should not pay per token.
  * cache: 64 zero-initialised slots, one per device. */
+inline cudaError_t raise_smem_limit_static(const void *kern, std::atomic<size_t> *cache, size_t bytes,
+                                          size_t static_bytes);
 inline cudaError_t raise_smem_limit(const void *kern, std::atomic<size_t> *cache, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
+    return raise_smem_limit_static(kern, cache, bytes, 0);
+}
+/* The same for a kernel with `static_bytes` of static shared memory: the 48 KB default is a limit
+ * on static + dynamic together, so a dynamic part under 48 KB can still need the attribute. */
+inline cudaError_t raise_smem_limit_static(const void *kern, std::atomic<size_t> *cache, size_t bytes,
+                                          size_t static_bytes) {
+    if (bytes + static_bytes <= 48 * 1024) return cudaSuccess;
     int dev = 0;
     const bool cached = cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64;
     if (cached && cache[dev].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;

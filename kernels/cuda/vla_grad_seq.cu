@@ -408,7 +408,8 @@ size_t grad_seq_static_smem() {
 }
 
 cudaError_t launch_grad_seq(const gseq_params &p, cudaStream_t st) {
-    const cudaError_t e = raise_smem_limit((const void *)grad_seq_kernel, grad_seq_smem_set, p.plan.smem_bytes);
+    const cudaError_t e = raise_smem_limit_static((const void *)grad_seq_kernel, grad_seq_smem_set, p.plan.smem_bytes,
+                                                      grad_seq_static_smem());
     if (e != cudaSuccess) return e;
     VLACU_LAUNCH(grad_seq_kernel, (unsigned)(p.a.B * p.a.H), VLACU_NT, p.plan.smem_bytes, st, p);
     return cudaGetLastError();

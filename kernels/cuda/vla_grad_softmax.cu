@@ -231,8 +231,10 @@ int grad_softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_rows, siz
 
 cudaError_t launch_grad_softmax(const gsm_params &p, cudaStream_t st) {
     const unsigned BH = (unsigned)(p.a.B * p.a.H), nt = (unsigned)((p.a.T + p.tile - 1) / p.tile);
-    cudaError_t e = raise_smem_limit((const void *)grad_softmax_rows_kernel, rows_smem_set, p.smem_rows);
-    if (e == cudaSuccess) e = raise_smem_limit((const void *)grad_softmax_keys_kernel, keys_smem_set, p.smem_keys);
+    cudaError_t e = raise_smem_limit_static((const void *)grad_softmax_rows_kernel, rows_smem_set, p.smem_rows,
+                                            grad_softmax_static_smem());
+    if (e == cudaSuccess) e = raise_smem_limit_static((const void *)grad_softmax_keys_kernel, keys_smem_set, p.smem_keys,
+                                                          grad_softmax_static_smem());
     if (e != cudaSuccess) return e;
     VLACU_LAUNCH(grad_softmax_rows_kernel, BH * nt, VLACU_NT, p.smem_rows, st, p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
