@@ -202,7 +202,7 @@ static void a_int(nl *l, int v) {
 }
 static void a_flt(nl *l, float v) { arg(l, sizeof v, &v); }
 
-static vla_status run2(nl *l, const size_t global[2], const size_t local[2], cl_uint dims) {
+static vla_status launch_nd(nl *l, const size_t global[2], const size_t local[2], cl_uint dims) {
     ocl_ctx *ctx = l->b->context;
     if (l->err != CL_SUCCESS) return ocl_fail(l->b, l->err, "clSetKernelArg", kname[l->id]);
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, l->k, dims, NULL, global, local, 0, NULL, NULL);
@@ -213,7 +213,7 @@ static vla_status run2(nl *l, const size_t global[2], const size_t local[2], cl_
 static vla_status run(nl *l, size_t groups) {
     const size_t wg = ((ocl_ctx *)l->b->context)->nn->wg[l->id];
     const size_t global[2] = {groups * wg, 1}, local[2] = {wg, 1};
-    return run2(l, global, local, 1);
+    return launch_nd(l, global, local, 1);
 }
 
 /* Enough groups to cover n items once, capped (the kernels loop with a grid stride). */
@@ -293,7 +293,7 @@ static vla_status gemm(vla_backend *b, const char *what, int ta, int tb, int m, 
     const size_t global[2] = {((size_t)n + NN_TILE - 1) / NN_TILE * NN_TILE,
                               ((size_t)m + NN_TILE - 1) / NN_TILE * NN_TILE};
     const size_t local[2] = {NN_TILE, NN_TILE};
-    return run2(&l, global, local, 2);
+    return launch_nd(&l, global, local, 2);
 }
 
 /* out[N] += column sums of A[M, N]. */
