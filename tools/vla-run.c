@@ -154,27 +154,6 @@ static void print_help(void) {
            "op, 2 bad command line; on failure one line on stderr and no output file.\n");
 }
 
-/* Full-string numeric parsing: NULL on success, else the problem. */
-static const char *parse_double(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end) return "not a number";
-    if (errno == ERANGE || !isfinite(x)) return "out of range (not a finite double)";
-    *out = x;
-    return NULL;
-}
-
-static const char *parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end) return "not an integer";
-    if (errno == ERANGE || x < lo || x > hi) return "out of range";
-    *out = (int64_t)x;
-    return NULL;
-}
-
 /* Stores one flag's value into o. */
 static int set_value(opts *o, const flag *f, const char *val) {
     void *p = (char *)o + f->off;
@@ -186,10 +165,10 @@ static int set_value(opts *o, const flag *f, const char *val) {
         else *(const char **)p = val;
         break;
     case K_INT:
-        if (!(bad = parse_i64(val, INT_MIN, INT_MAX, &i))) *(int *)p = (int)i;
+        if (!(bad = cli_parse_i64(val, INT_MIN, INT_MAX, &i))) *(int *)p = (int)i;
         break;
-    case K_I64: bad = parse_i64(val, INT64_MIN, INT64_MAX, (int64_t *)p); break;
-    case K_DBL: bad = parse_double(val, (double *)p); break;
+    case K_I64: bad = cli_parse_i64(val, INT64_MIN, INT64_MAX, (int64_t *)p); break;
+    case K_DBL: bad = cli_parse_double(val, (double *)p); break;
     case K_BOOL: *(int *)p = 1; break;
     }
     if (bad) return fail(EXIT_USAGE, f->name, "%s: '%s'", bad, val);
