@@ -5,11 +5,11 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const mech_names[] = {"softmax", "linear", "delta", "vla"};
+static const char *const mech_names[] = {"softmax", "linear", "delta", "vla", "delta-paper"};
 static const char *const algo_names[] = {"auto", "sequential", "scan", "chunked", "two-level", "fused"};
 static const char *const fmap_names[] = {"none", "elu1"};
 
-#define N_MECH 4
+#define N_MECH 5
 #define N_ALGO 6
 #define N_FMAP 2
 
@@ -57,7 +57,8 @@ vla_status vla_feature_map_from_name(const char *name, vla_feature_map *out) {
     return s;
 }
 
-/* VLA-MATH 2: softmax has one algorithm; linear and delta sequential and chunked; VLA all four. */
+/* VLA-MATH 2: softmax has one algorithm; linear and delta sequential and chunked; VLA all four;
+ * the paper's DeltaNet only sequential (its per-row gate has no shared chunk form). */
 int vla_algorithm_defined(vla_mechanism m, vla_algorithm a) {
     if (a == VLA_ALGO_AUTO) return (unsigned)m < N_MECH;
     switch (m) {
@@ -67,6 +68,7 @@ int vla_algorithm_defined(vla_mechanism m, vla_algorithm a) {
     case VLA_MECH_VLA:
         return a == VLA_ALGO_SEQUENTIAL || a == VLA_ALGO_SCAN || a == VLA_ALGO_CHUNKED ||
                a == VLA_ALGO_TWO_LEVEL;
+    case VLA_MECH_DELTA_PAPER: return a == VLA_ALGO_SEQUENTIAL;
     }
     return 0;
 }
@@ -86,7 +88,7 @@ vla_status vla_attn_desc_init(vla_attn_desc *d, vla_mechanism m) {
     d->refresh = 0;
     d->refresh_size = 1e-3;
     d->u_scale = 1.0;
-    d->feature_map = m == VLA_MECH_LINEAR ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
+    d->feature_map = m == VLA_MECH_LINEAR || m == VLA_MECH_DELTA_PAPER ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
     d->normalize_output = 0;
     d->scale = 0.0;
     d->segment_chunks = 0;
@@ -221,9 +223,12 @@ static vla_status validate(vla_backend *b, const char *fn, const vla_attn_desc *
     if (d->mechanism == VLA_MECH_SOFTMAX && d->feature_map != VLA_FMAP_NONE)
         return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: softmax takes no feature map", fn);
     if (a->u && !vla) return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: u is given but only vla uses it", fn);
-    if ((a->beta || a->g) && d->mechanism != VLA_MECH_DELTA)
-        return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: %s is given but only delta uses it", fn,
-                        a->beta ? "beta" : "g");
+    const int paper_delta = d->mechanism == VLA_MECH_DELTA_PAPER;
+    if (a->beta && d->mechanism != VLA_MECH_DELTA)
+        return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: beta is given but only delta uses it%s", fn,
+                        paper_delta ? " (delta-paper has no write strength)" : "");
+    if (a->g && d->mechanism != VLA_MECH_DELTA && !paper_delta)
+        return vla_fail(b, VLA_ERR_INVALID_COMBINATION, "%s: g is given but only delta and delta-paper use it", fn);
     /* The backward ignores o and the final states: only look at them for the forward. */
     vla_buffer *const o_arg = forward_outputs ? a->o : NULL, *const S_out = forward_outputs ? a->S_out : NULL;
     vla_buffer *const A_out = forward_outputs ? a->A_out : NULL, *const n_out = forward_outputs ? a->n_out : NULL;
@@ -242,6 +247,7 @@ static vla_status validate(vla_backend *b, const char *fn, const vla_attn_desc *
     /* Buffers: right backend, large enough. */
     size_t qk = tensor_bytes(a->B, a->T, a->H, a->dk), vo = tensor_bytes(a->B, a->T, a->H, a->dv);
     size_t bt = tensor_bytes(a->B, a->T, a->H, 1);
+    const size_t gsz = paper_delta ? vo : bt; /* delta-paper's gate is per value row */
     size_t sS = tensor_bytes(a->B, a->H, a->dk, a->dv), sA = tensor_bytes(a->B, a->H, a->dk, a->dk);
     size_t sn = tensor_bytes(a->B, a->H, a->dk, 1);
     if (!qk || !vo || !sA)
@@ -250,7 +256,7 @@ static vla_status validate(vla_backend *b, const char *fn, const vla_attn_desc *
     if ((s = check_buffer(b, fn, a->q, "q", qk, 1)) || (s = check_buffer(b, fn, a->k, "k", qk, 1)) ||
         (s = check_buffer(b, fn, a->v, "v", vo, 1)) || (s = check_buffer(b, fn, o_arg, "o", vo, forward_outputs)) ||
         (s = check_buffer(b, fn, a->u, "u", qk, 0)) || (s = check_buffer(b, fn, a->beta, "beta", bt, 0)) ||
-        (s = check_buffer(b, fn, a->g, "g", bt, 0)) || (s = check_buffer(b, fn, a->S_in, "S_in", sS, 0)) ||
+        (s = check_buffer(b, fn, a->g, "g", gsz, 0)) || (s = check_buffer(b, fn, a->S_in, "S_in", sS, 0)) ||
         (s = check_buffer(b, fn, S_out, "S_out", sS, 0)) || (s = check_buffer(b, fn, a->A_in, "A_in", sA, 0)) ||
         (s = check_buffer(b, fn, A_out, "A_out", sA, 0)) || (s = check_buffer(b, fn, a->n_in, "n_in", sn, 0)) ||
         (s = check_buffer(b, fn, n_out, "n_out", sn, 0)))
@@ -342,7 +348,8 @@ static vla_status validate_grads(vla_backend *b, const char *fn, const vla_attn_
                                 g->dbeta, g->dg, g->dS_0, g->dA_0, g->dn_0};
     const char *names[] = {"dO", "dS_end", "dA_end", "dn_end", "dq", "dk", "dv", "du",
                            "dbeta", "dg", "dS_0", "dA_0", "dn_0"};
-    const size_t need[] = {vo, sS, sA, sn, qk, qk, vo, qk, bt, bt, sS, sA, sn};
+    const size_t gsz = d->mechanism == VLA_MECH_DELTA_PAPER ? vo : bt; /* per value row */
+    const size_t need[] = {vo, sS, sA, sn, qk, qk, vo, qk, bt, gsz, sS, sA, sn};
     enum { N_GRAD_BUFS = 13, FIRST_GRAD_OUT = 4 };
     vla_status s;
     for (int i = 0; i < N_GRAD_BUFS; i++)

@@ -109,7 +109,15 @@ typedef enum vla_mechanism {
     VLA_MECH_SOFTMAX = 0,
     VLA_MECH_LINEAR = 1,
     VLA_MECH_DELTA = 2,
-    VLA_MECH_VLA = 3
+    VLA_MECH_VLA = 3,
+    /* "delta-paper": the DeltaNet the paper's code trains (VLA-MATH 1, last subsection), for
+     * reproducing its baseline; not the published DeltaNet (that is VLA_MECH_DELTA):
+     *   q~ = phi(q) (phi = desc.feature_map, default elu1, on q only), k^ = normalize(k),
+     *   S_t = diag(g_t) S_{t-1} + (v_t - S_{t-1} k^_t) k^_t^T,  o_t = S_t q~_t,
+     * with a per-row gate g [B,T,H,dv] (NULL: 1) and no write strength (beta is refused).
+     * Sequential only: a gate per value row gives every row its own transition matrix, so
+     * there is no shared chunk (WY) form. */
+    VLA_MECH_DELTA_PAPER = 4
 } vla_mechanism;
 
 typedef enum vla_algorithm {
@@ -173,7 +181,7 @@ typedef struct vla_attn_args {
     const vla_buffer *q, *k, *v; /* required */
     const vla_buffer *u;   /* VLA penalty vectors [B,T,H,dk]; NULL: u = s_u * k^ */
     const vla_buffer *beta;/* DeltaNet write strength [B,T,H]; NULL: 1 */
-    const vla_buffer *g;   /* DeltaNet decay [B,T,H]; NULL: 1 */
+    const vla_buffer *g;   /* DeltaNet decay [B,T,H] (delta-paper: gate [B,T,H,dv]); NULL: 1 */
     vla_buffer *o;         /* required output [B,T,H,dv] */
     const vla_buffer *S_in, *A_in, *n_in; /* NULL: S_0 = 0, A_0 = I/lambda0, n_0 = 0 */
     vla_buffer *S_out, *A_out, *n_out;    /* NULL: not returned */
@@ -197,7 +205,7 @@ vla_status vla_attention_forward(vla_backend *b, const vla_attn_desc *d, const v
  * algorithm: sequential, chunked, or AUTO).
  *
  * Every output is optional (NULL: not computed) and is overwritten, not accumulated into:
- *   dq, dk, du [B,T,H,dk]   dv [B,T,H,dv]   dbeta, dg [B,T,H]
+ *   dq, dk, du [B,T,H,dk]   dv [B,T,H,dv]   dbeta, dg [B,T,H] (delta-paper: dg [B,T,H,dv])
  *   dS_0 [B,H,dk,dv]        dA_0 [B,H,dk,dk] (its symmetric part: A is symmetric)   dn_0 [B,H,dk]
  * du needs args.u; dbeta and dg need args.beta / args.g; dS_0 needs a mechanism with S (not
  * softmax), dA_0 VLA, dn_0 linear or VLA with normalised output. Upstream: dO [B,T,H,dv] is
