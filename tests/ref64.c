@@ -60,7 +60,7 @@ static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 /* ---- parameters ---- */
 
 typedef struct prm {
-    int mech, fmap, refresh, normalize;
+    int mech, fmap, kmap, refresh, normalize; /* fmap on q (and k), kmap on k */
     double eps, lambda0, rho, su, scale;
     int64_t t0;
 } prm;
@@ -68,6 +68,7 @@ typedef struct prm {
 static void prm_from(const vla_attn_desc *d, int dk, int64_t t0, prm *p) {
     p->mech = d->mechanism;
     p->fmap = d->mechanism == VLA_MECH_LINEAR ? VLA_FMAP_ELU1 : (int)d->feature_map; /* linear: its definition */
+    p->kmap = d->mechanism == VLA_MECH_DELTA_PAPER ? VLA_FMAP_NONE : p->fmap;      /* delta-paper: phi on q only */
     p->refresh = d->refresh;
     p->normalize = d->normalize_output;
     p->eps = d->eps;
@@ -86,13 +87,14 @@ typedef struct work {
     double nk, nu, s, den, na, qn, dn;           /* ||k~||, ||u||, 1 + u.z, its floor, ||A k^||, q~.n, its floor */
     /* backward scratch */
     double *gqf, *gkf, *gkh, *gu, *gz, *gap, *ga, *gv_, *ge, *w; /* dk, ... , dv */
+    double *gg;                                                  /* dv: delta-paper's dg row */
 } work;
 
 static int work_alloc(work *w, int dk, int dv) {
     memset(w, 0, sizeof *w);
     const int d = dk > dv ? dk : dv;
     double **p[] = {&w->qf, &w->kf, &w->kh, &w->ut, &w->uh, &w->z,   &w->ap,  &w->a,  &w->e,   &w->Sk, &w->ov,
-                    &w->gqf, &w->gkf, &w->gkh, &w->gu, &w->gz, &w->gap, &w->ga, &w->gv_, &w->ge, &w->w};
+                    &w->gqf, &w->gkf, &w->gkh, &w->gu, &w->gz, &w->gap, &w->ga, &w->gv_, &w->ge, &w->w, &w->gg};
     int ok = 1;
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) ok &= (*p[i] = xcalloc((size_t)d, sizeof(double))) != NULL;
     return ok;
@@ -101,7 +103,7 @@ static int work_alloc(work *w, int dk, int dv) {
 static void work_free(work *w) {
     free(w->qf), free(w->kf), free(w->kh), free(w->ut), free(w->uh), free(w->z), free(w->ap), free(w->a);
     free(w->e), free(w->Sk), free(w->ov), free(w->gqf), free(w->gkf), free(w->gkh), free(w->gu), free(w->gz);
-    free(w->gap), free(w->ga), free(w->gv_), free(w->ge), free(w->w);
+    free(w->gap), free(w->ga), free(w->gv_), free(w->ge), free(w->w), free(w->gg);
 }
 
 /* ---- forward steps (VLA-MATH 1); rows q, k, u [dk], v [dv]; the output goes to w->ov ---- */
@@ -133,6 +135,26 @@ static void delta_step(const prm *p, int dk, int dv, const double *q, const doub
     for (int j = 0; j < dv; j++)
         for (int i = 0; i < dk; i++)
             Sm[j * dk + i] = gt * (Sm[j * dk + i] - bt * w->Sk[j] * w->kh[i]) + bt * v[j] * w->kh[i];
+    for (int j = 0; j < dv; j++) w->ov[j] = dot(Sm + (size_t)j * dk, w->qf, dk);
+}
+
+/* The paper's DeltaNet (VLA-MATH 1, last subsection): q~ = phi(q) (q only), k^ = normalize(k),
+ * e = v - S k^, S = diag(g) S + e k^T, o = S q~. g [dv] or NULL (1). w->Sk = S_{t-1} k^, w->e = e. */
+static void delta_paper_step(const prm *p, int dk, int dv, const double *q, const double *k, const double *v,
+                             const double *g, double *Sm, work *w) {
+    for (int i = 0; i < dk; i++) {
+        w->qf[i] = phi_apply(p->fmap, q[i]);
+        w->kh[i] = k[i];
+    }
+    w->nk = normalize(w->kh, dk, p->eps);
+    for (int j = 0; j < dv; j++) {
+        w->Sk[j] = dot(Sm + (size_t)j * dk, w->kh, dk);
+        w->e[j] = v[j] - w->Sk[j];
+    }
+    for (int j = 0; j < dv; j++) {
+        const double gj = g ? g[j] : 1.0;
+        for (int i = 0; i < dk; i++) Sm[j * dk + i] = gj * Sm[j * dk + i] + w->e[j] * w->kh[i];
+    }
     for (int j = 0; j < dv; j++) w->ov[j] = dot(Sm + (size_t)j * dk, w->qf, dk);
 }
 
@@ -248,6 +270,8 @@ static void step(const prm *p, int b, int t, int h, int T, int H, int dk, int dv
     } else if (p->mech == VLA_MECH_DELTA) {
         const size_t bt = ((size_t)b * T + t) * H + h;
         delta_step(p, dk, dv, qt, kt, vt, beta ? beta[bt] : 1.0, g ? g[bt] : 1.0, Sm, w);
+    } else if (p->mech == VLA_MECH_DELTA_PAPER) {
+        delta_paper_step(p, dk, dv, qt, kt, vt, g ? g + idx4(b, t, h, 0, T, H, dv) : NULL, Sm, w);
     } else {
         vla_step(p, dk, dv, p->t0 + t, qt, kt, vt, u ? u + idx4(b, t, h, 0, T, H, dk) : NULL, Sm, Am, nv, w);
     }
@@ -354,6 +378,38 @@ static void delta_back(const prm *p, int dk, int dv, const double *dO, const dou
     normalize_back(w->kh, w->nk, p->eps, w->gkh, w->gkf, dk);
 }
 
+/* The paper's DeltaNet: S_t = diag(g) P + e k^^T, e = v - P k^, P = S_{t-1}, o = S_t q~.
+ * g [dv] or NULL; the gate's gradient row goes to w->gg. */
+static void delta_paper_back(const prm *p, int dk, int dv, const double *dO, const double *Sp, const double *St,
+                             const double *g, double *gS, work *w) {
+    for (int i = 0; i < dk; i++) {
+        double acc = 0;
+        for (int j = 0; j < dv; j++) acc += St[j * dk + i] * dO[j];
+        w->gqf[i] = acc;
+    }
+    for (int j = 0; j < dv; j++)
+        for (int i = 0; i < dk; i++) gS[j * dk + i] += dO[j] * w->qf[i];
+    /* ge = gS k^ (the gradient of e, and of v) */
+    for (int j = 0; j < dv; j++) w->gv_[j] = dot(gS + (size_t)j * dk, w->kh, dk);
+    /* gk^ = gS^T e - P^T ge;  gg_j = <gS row j, P row j> */
+    for (int i = 0; i < dk; i++) {
+        double a1 = 0, a2 = 0;
+        for (int j = 0; j < dv; j++) {
+            a1 += gS[j * dk + i] * w->e[j];
+            a2 += Sp[j * dk + i] * w->gv_[j];
+        }
+        w->gkh[i] = a1 - a2;
+    }
+    for (int j = 0; j < dv; j++) w->gg[j] = dot(gS + (size_t)j * dk, Sp + (size_t)j * dk, dk);
+    /* dL/dP = diag(g) gS - ge k^^T */
+    for (int j = 0; j < dv; j++) {
+        const double gj = g ? g[j] : 1.0;
+        for (int i = 0; i < dk; i++) gS[j * dk + i] = gj * gS[j * dk + i] - w->gv_[j] * w->kh[i];
+    }
+    memset(w->gkf, 0, (size_t)dk * sizeof *w->gkf);
+    normalize_back(w->kh, w->nk, p->eps, w->gkh, w->gkf, dk);
+}
+
 /* VLA, in reverse order of vla_step. gu_raw: the gradient w.r.t. the raw u row (u given). */
 static void vla_back(const prm *p, int dk, int dv, const double *dO, const double *Sp, const double *Ap,
                      const double *St, const double *At, const double *nt, int has_u, double *gS, double *gA,
@@ -449,9 +505,10 @@ int ref64_backward_f64(const vla_attn_desc *d, int B, int T, int H, int dk, int 
     prm_from(d, dk, t0, &p);
     const size_t nqk = (size_t)B * T * H * dk, nvo = (size_t)B * T * H * dv, nbt = (size_t)B * T * H;
     const size_t nS = (size_t)B * H * dk * dv, nA = (size_t)B * H * dk * dk, nn = (size_t)B * H * dk;
+    const int paper_delta = p.mech == VLA_MECH_DELTA_PAPER;
     /* Overwritten, not accumulated into: zero first (softmax accumulates across rows). */
     double *outs[] = {gr->dq, gr->dk, gr->du, gr->dv, gr->dbeta, gr->dg, gr->dS_0, gr->dA_0, gr->dn_0};
-    const size_t sizes[] = {nqk, nqk, nqk, nvo, nbt, nbt, nS, nA, nn};
+    const size_t sizes[] = {nqk, nqk, nqk, nvo, nbt, paper_delta ? nvo : nbt, nS, nA, nn};
     for (int i = 0; i < 9; i++)
         if (outs[i]) memset(outs[i], 0, sizes[i] * sizeof(double));
 
@@ -504,18 +561,24 @@ int ref64_backward_f64(const vla_attn_desc *d, int B, int T, int H, int dk, int 
                 } else if (p.mech == VLA_MECH_DELTA) {
                     delta_back(&p, dk, dv, dO, Sh + t * sS, Sc, vt, beta ? beta[bt] : 1.0, g ? g[bt] : 1.0, gS, &w,
                                &gb, &gg);
+                } else if (paper_delta) {
+                    delta_paper_back(&p, dk, dv, dO, Sh + t * sS, Sc, g ? g + idx4(b, t, h, 0, T, H, dv) : NULL, gS,
+                                     &w);
                 } else {
                     vla_back(&p, dk, dv, dO, Sh + t * sS, Ah + t * sA, Sc, Ac, nc, u != NULL, gS, gA, gn, &w, gu_raw);
                 }
                 const double *qt = q + idx4(b, t, h, 0, T, H, dk), *kt = k + idx4(b, t, h, 0, T, H, dk);
                 for (int i = 0; i < dk; i++) {
                     if (gr->dq) gr->dq[idx4(b, t, h, i, T, H, dk)] = w.gqf[i] * phi_deriv(p.fmap, qt[i]);
-                    if (gr->dk) gr->dk[idx4(b, t, h, i, T, H, dk)] = w.gkf[i] * phi_deriv(p.fmap, kt[i]);
+                    if (gr->dk) gr->dk[idx4(b, t, h, i, T, H, dk)] = w.gkf[i] * phi_deriv(p.kmap, kt[i]);
                     if (gr->du && u && is_vla) gr->du[idx4(b, t, h, i, T, H, dk)] = gu_raw[i];
                 }
                 if (gr->dv) memcpy(gr->dv + idx4(b, t, h, 0, T, H, dv), w.gv_, (size_t)dv * sizeof *w.gv_);
                 if (gr->dbeta && beta) gr->dbeta[bt] = gb;
-                if (gr->dg && g) gr->dg[bt] = gg;
+                if (gr->dg && g && paper_delta) /* a row of dv */
+                    memcpy(gr->dg + idx4(b, t, h, 0, T, H, dv), w.gg, (size_t)dv * sizeof *w.gg);
+                else if (gr->dg && g)
+                    gr->dg[bt] = gg;
             }
             if (gr->dS_0)
                 for (int i = 0; i < dk; i++)
@@ -545,12 +608,12 @@ typedef struct inputs64 {
     double *q, *k, *v, *u, *beta, *g, *S0, *A0, *n0;
 } inputs64;
 
-static int inputs_to_f64(inputs64 *in, int B, int T, int H, int dk, int dv, const float *q, const float *k,
-                         const float *v, const float *u, const float *beta, const float *g, const float *S0,
-                         const float *A0, const float *n0) {
+static int inputs_to_f64(inputs64 *in, vla_mechanism mech, int B, int T, int H, int dk, int dv, const float *q,
+                         const float *k, const float *v, const float *u, const float *beta, const float *g,
+                         const float *S0, const float *A0, const float *n0) {
     const size_t nqk = (size_t)B * T * H * dk, nvo = (size_t)B * T * H * dv, nbt = (size_t)B * T * H;
     in->q = to_f64(q, nqk), in->k = to_f64(k, nqk), in->v = to_f64(v, nvo), in->u = to_f64(u, nqk);
-    in->beta = to_f64(beta, nbt), in->g = to_f64(g, nbt);
+    in->beta = to_f64(beta, nbt), in->g = to_f64(g, mech == VLA_MECH_DELTA_PAPER ? nvo : nbt);
     in->S0 = to_f64(S0, (size_t)B * H * dk * dv), in->A0 = to_f64(A0, (size_t)B * H * dk * dk);
     in->n0 = to_f64(n0, (size_t)B * H * dk);
     return (q && !in->q) || (k && !in->k) || (v && !in->v) || (u && !in->u) || (beta && !in->beta) ||
@@ -569,7 +632,7 @@ int ref64_forward(const vla_attn_desc *d, int B, int T, int H, int dk, int dv, i
                   const float *S0, const float *A0, const float *n0, double *o, double *S, double *A, double *n) {
     if (check_args(d, B, T, H, dk, dv, q, k, v)) return -1;
     inputs64 in;
-    int rc = inputs_to_f64(&in, B, T, H, dk, dv, q, k, v, u, beta, g, S0, A0, n0);
+    int rc = inputs_to_f64(&in, d->mechanism, B, T, H, dk, dv, q, k, v, u, beta, g, S0, A0, n0);
     if (!rc)
         rc = ref64_forward_f64(d, B, T, H, dk, dv, t0, in.q, in.k, in.v, in.u, in.beta, in.g, in.S0, in.A0, in.n0, o,
                                S, A, n);
@@ -582,7 +645,7 @@ int ref64_backward(const vla_attn_desc *d, int B, int T, int H, int dk, int dv, 
                    const float *S0, const float *A0, const float *n0, const ref64_grads *gr) {
     if (check_args(d, B, T, H, dk, dv, q, k, v)) return -1;
     inputs64 in;
-    int rc = inputs_to_f64(&in, B, T, H, dk, dv, q, k, v, u, beta, g, S0, A0, n0);
+    int rc = inputs_to_f64(&in, d->mechanism, B, T, H, dk, dv, q, k, v, u, beta, g, S0, A0, n0);
     if (!rc)
         rc = ref64_backward_f64(d, B, T, H, dk, dv, t0, in.q, in.k, in.v, in.u, in.beta, in.g, in.S0, in.A0, in.n0,
                                 gr);

@@ -1,8 +1,9 @@
-/* An independent float64 reference for the four mechanisms of VLA-MATH section 1 and their
- * gradients (section 5): a plain token-by-token loop per (batch, head), written from the maths
- * alone (it shares no code with any backend). The float entry points take the float32 tensors
- * the library sees; everything is then computed in double. The _f64 entry points take double
- * inputs (a finite-difference test perturbs inputs by less than a float's rounding step). */
+/* An independent float64 reference for the mechanisms of VLA-MATH section 1 (the four and the
+ * paper's DeltaNet, delta-paper) and their gradients (section 5): a plain token-by-token loop per
+ * (batch, head), written from the maths alone (it shares no code with any backend). The float
+ * entry points take the float32 tensors the library sees; everything is then computed in double.
+ * The _f64 entry points take double inputs (a finite-difference test perturbs inputs by less than
+ * a float's rounding step). */
 #ifndef VLA_REF64_H
 #define VLA_REF64_H
 
@@ -13,8 +14,8 @@
 /* Computes the op `d` describes (d->algorithm is ignored: every algorithm computes this).
  * Uses d->mechanism, lambda0, eps, refresh, refresh_size, u_scale (0 = 1/sqrt(dk)),
  * feature_map, normalize_output, scale (0 = 1/sqrt(dk)).
- *   q, k, u [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H]; u, beta, g may be NULL (VLA-MATH
- *   defaults). S0 [B,H,dk,dv] (S transposed), A0 [B,H,dk,dk], n0 [B,H,dk]; NULL: S = 0,
+ *   q, k, u [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H] (delta-paper: g [B,T,H,dv]); u, beta, g
+ *   may be NULL (VLA-MATH defaults). S0 [B,H,dk,dv] (S transposed), A0 [B,H,dk,dk], n0 [B,H,dk]; NULL: S = 0,
  *   A = I/lambda0, n = 0. t0: absolute position of the first token (VLA refresh).
  * Outputs (each may be NULL): o [B,T,H,dv]; final states S [B,H,dk,dv], A [B,H,dk,dk],
  * n [B,H,dk] in the same storage layout. Returns 0, or -1 on a bad argument. */
@@ -30,7 +31,7 @@ int ref64_forward_f64(const vla_attn_desc *d, int B, int T, int H, int dk, int d
 /* Upstream gradients and the gradients returned, in the library's layouts (vla_attn_grads).
  * dO [B,T,H,dv] is required; dS_end [B,H,dk,dv], dA_end [B,H,dk,dk], dn_end [B,H,dk] may be
  * NULL (zero). Every output may be NULL and is overwritten: dq, dk, du [B,T,H,dk], dv [B,T,H,dv],
- * dbeta, dg [B,T,H], dS_0 [B,H,dk,dv], dA_0 [B,H,dk,dk], dn_0 [B,H,dk]. */
+ * dbeta, dg [B,T,H] (delta-paper: dg [B,T,H,dv]), dS_0 [B,H,dk,dv], dA_0 [B,H,dk,dk], dn_0 [B,H,dk]. */
 typedef struct ref64_grads {
     const double *dO, *dS_end, *dA_end, *dn_end;
     double *dq, *dk, *dv, *du, *dbeta, *dg;

@@ -31,6 +31,14 @@ START_TEST(flops_softmax) {
 }
 END_TEST
 
+START_TEST(flops_delta_paper) {
+    /* Sequential only, per token: e = v - ST^T k (3*2), ST = ST diag(g) + k e^T (3*2), o = ST^T q
+     * (3*2); no chunked form. */
+    check_macs(VLA_MECH_DELTA_PAPER, VLA_ALGO_SEQUENTIAL, 5 * 18);
+    ck_assert(bench_flops(VLA_MECH_DELTA_PAPER, VLA_ALGO_CHUNKED, &tiny) == 0);
+}
+END_TEST
+
 START_TEST(flops_linear) {
     /* Sequential, per token: ST += k v^T (3*2) and o = ST^T q (3*2). */
     check_macs(VLA_MECH_LINEAR, VLA_ALGO_SEQUENTIAL, 5 * (3 * 2 + 3 * 2));
@@ -193,6 +201,10 @@ START_TEST(bwd_counts) {
     /* VLA chunked: the S part as delta's; the A part token by token, 9 forward steps (33) and 5
      * adjoint steps (69). */
     check_bwd(VLA_MECH_VLA, VLA_ALGO_CHUNKED, 2 * del2 + del1 + 9 * 33 + 5 * 69);
+    /* delta-paper (sequential only): 9 forward steps of e = v - ST^T k and ST = ST diag(g) + k e^T
+     * (2 * 6); per token dST += q dO^T, ST_t dO, dST^T k, dST e, ST_{t-1} de, dST -= k de^T (6 * 6). */
+    check_bwd(VLA_MECH_DELTA_PAPER, VLA_ALGO_SEQUENTIAL, 9 * 12 + 5 * 36);
+    ck_assert(bench_bwd_macs(VLA_MECH_DELTA_PAPER, VLA_ALGO_CHUNKED, &tiny) == 0);
     /* Not in the backward: scan, two-level, AUTO; softmax has fused only. */
     ck_assert(bench_bwd_macs(VLA_MECH_VLA, VLA_ALGO_SCAN, &tiny) == 0);
     ck_assert(!bench_bwd_defined(VLA_MECH_VLA, VLA_ALGO_SCAN));
@@ -353,6 +365,7 @@ static Suite *bench_suite(void) {
     tcase_add_test(c, flops_softmax);
     tcase_add_test(c, flops_linear);
     tcase_add_test(c, flops_delta);
+    tcase_add_test(c, flops_delta_paper);
     tcase_add_test(c, flops_vla_sequential);
     tcase_add_test(c, flops_vla_chunked);
     tcase_add_test(c, flops_vla_scan);

@@ -48,6 +48,8 @@ CASES=(
     "vla|--mechanism vla|sequential scan chunked two-level auto|S A"
     "vla-u-refresh-norm|--mechanism vla --u @/u.npy --refresh 7 --refresh-size 0.1 --feature-map elu1 --normalize-output --position 3|sequential scan chunked two-level|S A n"
     "vla-paper|--preset paper --u @/u.npy|sequential scan chunked two-level|S A n"
+    "delta-paper|--mechanism delta-paper --g @/g_rows.npy|sequential auto|S"
+    "delta-paper-phi-none|--mechanism delta-paper --feature-map none --position 5|sequential|S"
 )
 
 state_flags() { # dir states...

@@ -4,8 +4,9 @@
  * arrays that do not fit shared memory), u, beta, g, the paper preset, R = 4 / rho = 0.5 with
  * t0, initial states and in-place state updates; decoding one token at a time with carried
  * states; streaming in two pieces; long sequences (1e-5 at T <= 1024, 1e-4 beyond); the backward
- * op (tcase "backward": every gradient against the CPU backend's and ref64's, 1e-4 per tensor); and
- * the statuses specific to this backend.
+ * op (tcase "backward": every gradient against the CPU backend's and ref64's, 1e-4 per tensor); the
+ * paper's DeltaNet, forward and backward (tcase "delta-paper"); and the statuses specific to this
+ * backend.
  *
  * Needs a CUDA device: without one it prints why and exits 77, which CTest reports as skipped
  * (SKIP_RETURN_CODE 77), never as passed. It never forks (STYLE.md: CUDA must not be
@@ -861,6 +862,8 @@ typedef struct bw_case {
     int elu1, norm;
     double scale, su;
     int with_u, with_beta, with_g, g_zeros, states, up;
+    int no_fmap;        /* feature map none (delta-paper's default is elu1) */
+    int inplace;        /* delta-paper forward: S_out is the S_in buffer */
     unsigned cancel;    /* (1 << BX_*): gradients that vanish by cancellation (above) */
     vla_algorithm algo; /* AUTO when 0 */
     int big;            /* not in quick runs; smaller T in the emulator */
@@ -979,6 +982,7 @@ static void bw_make(const bw_case *c, int T, uint64_t seed, bw_problem *p) {
     if (c->lambda0 > 0) p->d.lambda0 = c->lambda0;
     if (c->R) p->d.refresh = c->R, p->d.refresh_size = c->rho;
     if (c->elu1) p->d.feature_map = VLA_FMAP_ELU1;
+    if (c->no_fmap) p->d.feature_map = VLA_FMAP_NONE;
     if (c->norm) p->d.normalize_output = 1;
     if (c->scale > 0) p->d.scale = c->scale;
     if (c->su > 0) p->d.u_scale = c->su;
@@ -986,7 +990,8 @@ static void bw_make(const bw_case *c, int T, uint64_t seed, bw_problem *p) {
     p->B = c->B, p->T = T, p->H = c->H, p->dk = c->dk, p->dv = c->dv, p->t0 = c->t0;
     const size_t BTH = (size_t)c->B * T * c->H, BH = (size_t)c->B * c->H;
     const size_t nqk = BTH * c->dk, nvo = BTH * c->dv;
-    const size_t ns[BX_N] = {nqk, nqk, nvo, nqk, BTH, BTH, BH * c->dk * c->dv, BH * c->dk * c->dk, BH * c->dk};
+    const size_t ng = c->mech == VLA_MECH_DELTA_PAPER ? nvo : BTH; /* delta-paper's gate is per value row */
+    const size_t ns[BX_N] = {nqk, nqk, nvo, nqk, BTH, ng, BH * c->dk * c->dv, BH * c->dk * c->dk, BH * c->dk};
     memcpy(p->n, ns, sizeof ns);
     const size_t nu[BU_N] = {nvo, ns[BX_S0], ns[BX_A0], ns[BX_N0]};
     memcpy(p->nup, nu, sizeof nu);
@@ -1000,10 +1005,10 @@ static void bw_make(const bw_case *c, int T, uint64_t seed, bw_problem *p) {
         tu_randu(&r, p->x[BX_BETA], BTH, 0.2f, 1.0f);
     }
     if (c->with_g) {
-        p->x[BX_G] = malloc(BTH * sizeof(float));
-        tu_randu(&r, p->x[BX_G], BTH, 0.5f, 1.0f);
+        p->x[BX_G] = malloc(ng * sizeof(float));
+        tu_randu(&r, p->x[BX_G], ng, 0.5f, 1.0f);
         if (c->g_zeros)
-            for (size_t i = 3; i < BTH; i += 7) p->x[BX_G][i] = 0.0f;
+            for (size_t i = 3; i < ng; i += 7) p->x[BX_G][i] = 0.0f;
     }
     const vla_attn_desc *d = &p->d;
     if (c->states && tu_has_S(d)) p->x[BX_S0] = tu_rand_S0(&r, c->B, c->H, c->dk, c->dv);
@@ -1104,13 +1109,13 @@ static void bw_free_out(float *out[BX_N]) {
     for (int i = 0; i < BX_N; i++) free(out[i]), out[i] = NULL;
 }
 
-START_TEST(test_backward) {
-    const bw_case *c = &bw_cases[_i];
+/* One backward case on the CUDA backend against the CPU backend and ref64 (above); fails the test. */
+static void bw_check(const bw_case *c, uint64_t seed) {
     if (c->big && g_quick) return;
     if (g_only && !strstr(c->name, g_only)) return;
     const int T = c->big && g_emulated ? c->T / 4 : c->T;
     bw_problem p;
-    bw_make(c, T, seed_base + 500 + (uint64_t)_i, &p);
+    bw_make(c, T, seed, &p);
     const unsigned want = bw_all(&p);
     float *gc[BX_N], *gr[BX_N];
     size_t uc[BX_N], ur[BX_N];
@@ -1148,6 +1153,8 @@ START_TEST(test_backward) {
     bw_free(&p);
     ck_assert_msg(!why[0], "%s:%s", c->name, why);
 }
+
+START_TEST(test_backward) { bw_check(&bw_cases[_i], seed_base + 500 + (uint64_t)_i); }
 END_TEST
 
 /* Each requested output alone gives the same values as all of them together (bit for bit), no
@@ -1220,6 +1227,127 @@ START_TEST(test_backward_out_of_memory) {
 }
 END_TEST
 
+/* ---- the paper's DeltaNet (delta-paper; kernels/cuda/vla_delta_paper.cu), sequential ----
+ * Forward: o and S_out against ref64 (float64) and against the CPU backend, each norm-wise relative
+ * error < 1e-5 (the ops cases' tolerance), every element written. Backward: bw_check (every gradient
+ * within 1e-4 per tensor of the CPU backend's and ref64's). With g and without, S_in and S_out (in
+ * place too), dS_end, dk != dv, dk and dv from 1 to 256 (dk = dv = 256: the state in the workspace,
+ * not shared memory), T = 1, T not a multiple of the checkpoint interval, phi = none, g with exact
+ * zeros, AUTO, a chunk of two staging stretches, and the training shape (B = 64, H = 4, T = 73,
+ * dk = dv = 32). At dk = 1, k^ = +-1 and dk vanishes: both backends form it from the raw k in double, so
+ * it is ~1e-16 and measured on the call's gradient scale (bw_check's floor). */
+#define DP VLA_MECH_DELTA_PAPER
+#define DPS VLA_ALGO_SEQUENTIAL
+static const bw_case dp_cases[] = {
+    {.name = "delta-paper T=1 g states up", .mech = DP, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8, .with_g = 1,
+     .states = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper B2 T37 H3 dk16 dv24 C16 g states up", .mech = DP, .B = 2, .T = 37, .H = 3, .dk = 16,
+     .dv = 24, .chunk = 16, .with_g = 1, .states = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper no g, no states C8", .mech = DP, .B = 1, .T = 29, .H = 2, .dk = 12, .dv = 20, .chunk = 8,
+     .algo = DPS},
+    {.name = "delta-paper phi none, g zeros, in place C5 up", .mech = DP, .B = 2, .T = 23, .H = 2, .dk = 10, .dv = 6,
+     .chunk = 5, .no_fmap = 1, .with_g = 1, .g_zeros = 1, .states = 1, .inplace = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper C50 T70 dk4 dv5 (two stretches a chunk) g states up", .mech = DP, .B = 1, .T = 70, .H = 2,
+     .dk = 4, .dv = 5, .chunk = 50, .with_g = 1, .states = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper dk1 dv1 C4 g states up", .mech = DP, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .chunk = 4,
+     .with_g = 1, .states = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper dk1 dv40 C8 g up", .mech = DP, .B = 1, .T = 17, .H = 1, .dk = 1, .dv = 40, .chunk = 8,
+     .with_g = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper dk256 dv24 T20 C8 g states up", .mech = DP, .B = 1, .T = 20, .H = 1, .dk = 256, .dv = 24,
+     .chunk = 8, .with_g = 1, .states = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper dk40 dv256 T20 C64 g", .mech = DP, .B = 1, .T = 20, .H = 1, .dk = 40, .dv = 256,
+     .chunk = 64, .with_g = 1, .algo = DPS},
+    {.name = "delta-paper dk256 dv256 T12 C5 g states in place up", .mech = DP, .B = 1, .T = 12, .H = 1, .dk = 256,
+     .dv = 256, .chunk = 5, .with_g = 1, .states = 1, .inplace = 1, .up = 1, .algo = DPS},
+    {.name = "delta-paper auto B4 T73 H4 dk32 dv32 g states up", .mech = DP, .B = 4, .T = 73, .H = 4, .dk = 32,
+     .dv = 32, .with_g = 1, .states = 1, .up = 1},
+    {.name = "delta-paper training shape B64 T73 H4 dk32 dv32 g up", .mech = DP, .B = 64, .T = 73, .H = 4, .dk = 32,
+     .dv = 32, .with_g = 1, .up = 1, .big = 1},
+    {.name = "delta-paper long T1024 dk64 dv48 C64 g states up", .mech = DP, .B = 1, .T = 1024, .H = 2, .dk = 64,
+     .dv = 48, .chunk = 64, .with_g = 1, .states = 1, .up = 1, .big = 1},
+};
+#define N_DP ((int)(sizeof dp_cases / sizeof dp_cases[0]))
+
+/* The forward of a delta-paper problem on `be`: o and the final state downloaded (malloc'ed),
+ * *unwritten the poison left in them. */
+static vla_status dp_forward(vla_backend *be, const bw_problem *p, int inplace, float **o, float **S,
+                             size_t *unwritten) {
+    vla_buffer *xb[BX_N] = {0};
+    for (int i = 0; i < BX_N; i++)
+        if (p->x[i]) xb[i] = tu_buf_from(be, p->x[i], p->n[i]);
+    vla_buffer *ob = tu_buf_new(be, p->n[BX_V]);
+    vla_buffer *Sb = inplace && xb[BX_S0] ? xb[BX_S0] : tu_buf_new(be, p->n[BX_S0]);
+    vla_attn_args a = {.B = p->B, .T = p->T, .H = p->H, .dk = p->dk, .dv = p->dv, .t0 = p->t0};
+    a.q = xb[BX_Q], a.k = xb[BX_K], a.v = xb[BX_V], a.g = xb[BX_G], a.S_in = xb[BX_S0];
+    a.o = ob, a.S_out = Sb;
+    const vla_status s = vla_attention_forward(be, &p->d, &a);
+    if (s != VLA_OK) fprintf(stderr, "  forward on %s: %s\n", vla_backend_name(be), vla_backend_message(be));
+    *o = tu_buf_download_new(ob, p->n[BX_V]);
+    *S = tu_buf_download_new(Sb, p->n[BX_S0]);
+    *unwritten = tu_count_poison(*o, p->n[BX_V]) + tu_count_poison(*S, p->n[BX_S0]);
+    if (Sb != xb[BX_S0]) vla_buffer_free(Sb);
+    vla_buffer_free(ob);
+    for (int i = 0; i < BX_N; i++) vla_buffer_free(xb[i]);
+    return s;
+}
+
+START_TEST(test_dp_forward) {
+    const bw_case *c = &dp_cases[_i];
+    if (c->big && g_quick) return;
+    if (g_only && !strstr(c->name, g_only)) return;
+    bw_problem p;
+    bw_make(c, c->T, seed_base + 1300 + (uint64_t)_i, &p);
+    const size_t nvo = p.n[BX_V], nS = p.n[BX_S0];
+    double *ro = malloc(nvo * sizeof(double)), *rS = malloc(nS * sizeof(double));
+    ck_assert_ptr_nonnull(ro);
+    ck_assert_ptr_nonnull(rS);
+    ck_assert_int_eq(ref64_forward(&p.d, p.B, p.T, p.H, p.dk, p.dv, p.t0, p.x[BX_Q], p.x[BX_K], p.x[BX_V], NULL, NULL,
+                                   p.x[BX_G], p.x[BX_S0], NULL, NULL, ro, rS, NULL, NULL),
+                     0);
+    float *oc, *Sc, *ocpu, *Scpu;
+    size_t uc, ucpu;
+    const vla_status sc = dp_forward(g_cu, &p, c->inplace, &oc, &Sc, &uc);
+    const vla_status scpu = dp_forward(g_cpu, &p, c->inplace, &ocpu, &Scpu, &ucpu);
+    const double eo = tu_relerr(oc, ro, nvo), eS = tu_relerr(Sc, rS, nS);
+    const double eoc = tu_relerr_ff(oc, ocpu, nvo), eSc = tu_relerr_ff(Sc, Scpu, nS);
+    fprintf(stderr, "  %-58s vs ref64: o %.2e S %.2e; vs cpu: o %.2e S %.2e\n", c->name, eo, eS, eoc, eSc);
+    ck_assert_msg(sc == VLA_OK, "%s: cuda forward: %s", c->name, vla_status_string(sc));
+    ck_assert_msg(scpu == VLA_OK, "%s: cpu forward: %s", c->name, vla_status_string(scpu));
+    ck_assert_msg(uc == 0, "%s: %zu elements of o and S_out unwritten", c->name, uc);
+    ck_assert_msg(eo < 1e-5 && eS < 1e-5, "%s: vs ref64: o %.3e, S %.3e (tolerance 1e-5)", c->name, eo, eS);
+    ck_assert_msg(eoc < 1e-5 && eSc < 1e-5, "%s: vs cpu: o %.3e, S %.3e (tolerance 1e-5)", c->name, eoc, eSc);
+    free(oc), free(Sc), free(ocpu), free(Scpu), free(ro), free(rS);
+    bw_free(&p);
+}
+END_TEST
+
+START_TEST(test_dp_backward) { bw_check(&dp_cases[_i], seed_base + 1400 + (uint64_t)_i); }
+END_TEST
+
+/* Each requested output alone gives the same bits as all of them together, and none at all is a valid
+ * request (delta-paper: one kernel computes all of them; the requests only gate the writes). */
+START_TEST(test_dp_backward_outputs) {
+    const bw_case c = {.name = "delta-paper outputs", .mech = DP, .B = 1, .T = 19, .H = 2, .dk = 6, .dv = 4,
+                       .chunk = 8, .with_g = 1, .states = 1, .up = 1};
+    bw_problem p;
+    bw_make(&c, c.T, seed_base + 1500, &p);
+    float *full[BX_N], *one[BX_N];
+    size_t uf[BX_N], uo[BX_N];
+    ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, bw_all(&p), full, uf), VLA_OK);
+    for (int i = 0; i < BX_N; i++) {
+        if (!full[i]) continue;
+        ck_assert_msg(uf[i] == 0, "%s: %zu elements unwritten", bw_names[i], uf[i]);
+        ck_assert_msg(tu_all_finite(full[i], p.n[i]), "%s not finite", bw_names[i]);
+        ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, 1u << i, one, uo), VLA_OK);
+        ck_assert_msg(memcmp(one[i], full[i], p.n[i] * sizeof(float)) == 0, "%s alone differs", bw_names[i]);
+        bw_free_out(one);
+    }
+    ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, 0, one, uo), VLA_OK);
+    bw_free_out(full);
+    bw_free(&p);
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tc = tcase_create("ops");
@@ -1249,6 +1377,12 @@ static Suite *cuda_suite(void) {
     tcase_add_loop_test(tb, test_backward_outputs, 0, 3);
     tcase_add_test(tb, test_backward_out_of_memory);
     suite_add_tcase(s, tb);
+    TCase *tdp = tcase_create("delta-paper");
+    tcase_set_timeout(tdp, 3600);
+    tcase_add_loop_test(tdp, test_dp_forward, 0, N_DP);
+    tcase_add_loop_test(tdp, test_dp_backward, 0, N_DP);
+    tcase_add_test(tdp, test_dp_backward_outputs);
+    suite_add_tcase(s, tdp);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_open_errors);
     tcase_add_test(te, test_out_of_memory);

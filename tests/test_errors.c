@@ -18,6 +18,8 @@ typedef struct fixture {
     vla_buffer *q2, *o2; /* on be2 */
     /* The backward's: upstream gradients and one output per gradient. */
     vla_buffer *dO, *dSe, *dAe, *dne, *gq, *gk, *gv, *gu, *gbeta, *gg, *gS, *gA, *gn;
+    /* delta-paper's gate g [B,T,H,dv] and its gradient (F.g, F.gg are [B,T,H]: too small for it). */
+    vla_buffer *grow, *ggrow;
 } fixture;
 
 static fixture F;
@@ -45,6 +47,10 @@ static void setup(void) {
     tu_randu(&r, bt, nbt, 0.0f, 1.0f);
     F.g = tu_buf_from(F.be, bt, nbt);
     free(bt);
+    float *gr = malloc(nvo * sizeof *gr);
+    tu_randu(&r, gr, nvo, 0.0f, 1.0f);
+    F.grow = tu_buf_from(F.be, gr, nvo), F.ggrow = tu_buf_new(F.be, nvo);
+    free(gr);
     F.Si = rand_buf(&r, F.be, nS);
     float *A0 = tu_rand_A0(&r, FB, FH, FDK, 0.1), *n0 = tu_rand_n0(&r, FB, FH, FDK);
     F.Ai = tu_buf_from(F.be, A0, nA), F.ni = tu_buf_from(F.be, n0, nn);
@@ -60,7 +66,7 @@ static void setup(void) {
     F.gS = tu_buf_new(F.be, nS), F.gA = tu_buf_new(F.be, nA), F.gn = tu_buf_new(F.be, nn);
 }
 
-#define N_BUFS 30
+#define N_BUFS 32
 
 static vla_buffer **all_bufs(void);
 
@@ -81,14 +87,16 @@ static vla_buffer **all_bufs(void) {
     static vla_buffer *all[N_BUFS];
     vla_buffer *list[N_BUFS] = {F.q,   F.k,   F.v,   F.u,  F.beta, F.g,  F.o,  F.Si, F.So,    F.Ai,
                                 F.Ao,  F.ni,  F.no,  F.tiny, F.big, F.q2, F.o2, F.dO, F.dSe,  F.dAe,
-                                F.dne, F.gq,  F.gk,  F.gv, F.gu,   F.gbeta, F.gg, F.gS, F.gA, F.gn};
+                                F.dne, F.gq,  F.gk,  F.gv, F.gu,   F.gbeta, F.gg, F.gS, F.gA, F.gn,
+                                F.grow, F.ggrow};
     memcpy(all, list, sizeof all);
     return all;
 }
 static const char *const buf_names[N_BUFS] = {"q",    "k",     "v",    "u",      "beta",   "g",  "o",   "S_in",
                                               "S_out", "A_in", "A_out", "n_in",  "n_out",  "tiny", "big", "q(be2)",
                                               "o(be2)", "dO",  "dS_end", "dA_end", "dn_end", "dq", "dk",  "dv",
-                                              "du",   "dbeta", "dg",   "dS_0",   "dA_0",   "dn_0"};
+                                              "du",   "dbeta", "dg",   "dS_0",   "dA_0",   "dn_0",
+                                              "g(delta-paper)", "dg(delta-paper)"};
 
 static void take(snapshot *s) {
     vla_buffer **all = all_bufs();
@@ -191,7 +199,7 @@ static void base(vla_mechanism m, vla_attn_desc *d, vla_attn_args *a) {
 
 /* The baselines the other tests mutate are valid (run on fresh outputs, so F's stay poisoned). */
 START_TEST(test_baselines_valid) {
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++) {
         vla_attn_desc d;
         vla_attn_args a;
         base((vla_mechanism)m, &d, &a);
@@ -204,6 +212,7 @@ START_TEST(test_baselines_valid) {
         if (m == VLA_MECH_VLA) a.u = F.u, a.S_in = F.Si, a.A_in = F.Ai, a.t0 = 5;
         if (m == VLA_MECH_DELTA) a.beta = F.beta, a.g = F.g, a.S_in = F.Si;
         if (m == VLA_MECH_LINEAR) a.S_in = F.Si, a.n_in = F.ni;
+        if (m == VLA_MECH_DELTA_PAPER) a.g = F.grow, a.S_in = F.Si, a.t0 = 5;
         vla_status s = vla_attention_forward(F.be, &d, &a);
         ck_assert_msg(s == VLA_OK, "baseline %s: %s: %s", vla_mechanism_name((vla_mechanism)m), vla_status_string(s),
                       vla_backend_message(F.be));
@@ -235,7 +244,7 @@ START_TEST(test_null_arguments) {
     check_msg(F.be, st, VLA_ERR_NULL_ARGUMENT, "resolve: out NULL", KW("out"));
     EXPECT(NULL, &a, VLA_ERR_NULL_ARGUMENT, "desc NULL", "desc");
     EXPECT(&d, NULL, VLA_ERR_NULL_ARGUMENT, "args NULL", "args");
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++) {
         vla_attn_args x;
         char what[64];
         base((vla_mechanism)m, &d, &x), x.q = NULL;
@@ -277,7 +286,7 @@ START_TEST(test_dimensions) {
                  {1, -3, "T = -3", "T"},   {2, 0, "H = 0", "H"},       {2, -1, "H = -1", "H"},
                  {3, 0, "dk = 0", "dk"},   {3, 257, "dk = 257", "dk"}, {3, -4, "dk = -4", "dk"},
                  {4, 0, "dv = 0", "dv"},   {4, 300, "dv = 300", "dv"}, {4, 257, "dv = 257", "dv"}};
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             base((vla_mechanism)m, &d, &a);
             int *f[] = {&a.B, &a.T, &a.H, &a.dk, &a.dv};
@@ -308,6 +317,10 @@ START_TEST(test_shape_mismatch) {
         snprintf(what, sizeof what, "%s: %s too small", vla_mechanism_name(mech[i]), names[i]);
         EXPECT(&d, &a, VLA_ERR_SHAPE_MISMATCH, what, names[i]);
     }
+    /* delta-paper's gate is [B,T,H,dv]: delta's [B,T,H] gate is too small for it. */
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    a.g = F.g;
+    EXPECT(&d, &a, VLA_ERR_SHAPE_MISMATCH, "delta-paper: g of [B,T,H] (needs [B,T,H,dv])", "g");
     /* T larger than the buffers hold. */
     base(VLA_MECH_SOFTMAX, &d, &a);
     a.T = FT + 1;
@@ -335,7 +348,7 @@ START_TEST(test_names) {
     check_msg(NULL, vla_attn_desc_init(&d, (vla_mechanism)9), VLA_ERR_UNKNOWN_NAME, "desc_init(9)",
               KW("mechanism"));
     /* Every name round-trips. */
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i <= VLA_MECH_DELTA_PAPER; i++) {
         ck_assert_int_eq(vla_mechanism_from_name(vla_mechanism_name((vla_mechanism)i), &m), VLA_OK);
         ck_assert_int_eq(m, i);
     }
@@ -348,14 +361,15 @@ START_TEST(test_names) {
         ck_assert_int_eq(fm, i);
     }
     ck_assert_str_eq(vla_mechanism_name(VLA_MECH_VLA), "vla");
+    ck_assert_str_eq(vla_mechanism_name(VLA_MECH_DELTA_PAPER), "delta-paper");
     ck_assert_str_eq(vla_algorithm_name(VLA_ALGO_TWO_LEVEL), "two-level");
     ck_assert_str_eq(vla_feature_map_name(VLA_FMAP_ELU1), "elu1");
 
     /* Bad enum values inside the desc. */
     vla_attn_args a;
     base(VLA_MECH_VLA, &d, &a);
-    d.mechanism = (vla_mechanism)4;
-    EXPECT(&d, &a, VLA_ERR_UNKNOWN_NAME, "desc.mechanism = 4", "mechanism");
+    d.mechanism = (vla_mechanism)5;
+    EXPECT(&d, &a, VLA_ERR_UNKNOWN_NAME, "desc.mechanism = 5", "mechanism");
     base(VLA_MECH_VLA, &d, &a);
     d.mechanism = (vla_mechanism)-1;
     EXPECT(&d, &a, VLA_ERR_UNKNOWN_NAME, "desc.mechanism = -1", "mechanism");
@@ -383,7 +397,7 @@ START_TEST(test_parameters) {
         EXPECT(&d, &a, VLA_ERR_INVALID_PARAMETER, what, "lambda0");
     }
     const double bad_eps[] = {0.0, -1e-4, NAN};
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++)
         for (int i = 0; i < 3; i++) {
             base((vla_mechanism)m, &d, &a);
             d.eps = bad_eps[i];
@@ -403,6 +417,10 @@ START_TEST(test_parameters) {
         snprintf(what, sizeof what, "%s: chunk = -5", vla_mechanism_name((vla_mechanism)m));
         EXPECT(&d, &a, VLA_ERR_INVALID_PARAMETER, what, "chunk");
     }
+    /* delta-paper's chunk is the backward's checkpoint interval: checked for the sequential form too. */
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    d.chunk = 0;
+    EXPECT(&d, &a, VLA_ERR_INVALID_PARAMETER, "delta-paper: chunk = 0", "chunk");
     base(VLA_MECH_VLA, &d, &a);
     d.refresh = -1;
     EXPECT(&d, &a, VLA_ERR_INVALID_PARAMETER, "vla: refresh = -1", "refresh", "R");
@@ -428,7 +446,7 @@ START_TEST(test_parameters) {
     d.segment_chunks = -1;
     d.algorithm = VLA_ALGO_TWO_LEVEL;
     EXPECT(&d, &a, VLA_ERR_INVALID_PARAMETER, "vla: segment_chunks = -1", "segment_chunks");
-    for (int m = 1; m < 4; m++) {
+    for (int m = 1; m <= VLA_MECH_DELTA_PAPER; m++) {
         base((vla_mechanism)m, &d, &a);
         a.t0 = -1;
         char what[64];
@@ -472,7 +490,9 @@ START_TEST(test_combinations) {
                  {VLA_MECH_SOFTMAX, VLA_ALGO_SCAN},      {VLA_MECH_SOFTMAX, VLA_ALGO_SEQUENTIAL},
                  {VLA_MECH_SOFTMAX, VLA_ALGO_CHUNKED},   {VLA_MECH_LINEAR, VLA_ALGO_TWO_LEVEL},
                  {VLA_MECH_DELTA, VLA_ALGO_TWO_LEVEL},   {VLA_MECH_VLA, VLA_ALGO_FUSED},
-                 {VLA_MECH_LINEAR, VLA_ALGO_FUSED}};
+                 {VLA_MECH_LINEAR, VLA_ALGO_FUSED},      {VLA_MECH_DELTA_PAPER, VLA_ALGO_CHUNKED},
+                 {VLA_MECH_DELTA_PAPER, VLA_ALGO_SCAN},  {VLA_MECH_DELTA_PAPER, VLA_ALGO_TWO_LEVEL},
+                 {VLA_MECH_DELTA_PAPER, VLA_ALGO_FUSED}};
     for (size_t i = 0; i < sizeof undef / sizeof undef[0]; i++) {
         base(undef[i].m, &d, &a);
         d.algorithm = undef[i].al;
@@ -521,6 +541,25 @@ START_TEST(test_combinations) {
     base(VLA_MECH_SOFTMAX, &d, &a);
     a.t0 = 5;
     EXPECT(&d, &a, C, "softmax: t0 = 5", "t0", "state");
+    /* delta-paper: no write strength, no u, no A or n, no normalised output. */
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    a.beta = F.beta;
+    EXPECT(&d, &a, C, "delta-paper: beta given", "beta");
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    a.beta = F.beta, a.g = F.grow;
+    EXPECT(&d, &a, C, "delta-paper: beta and g given", "beta");
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    a.u = F.u;
+    EXPECT(&d, &a, C, "delta-paper: u given", "u");
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    a.A_in = F.Ai;
+    EXPECT(&d, &a, C, "delta-paper: A_in", "A_in", "A");
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    a.n_out = F.no;
+    EXPECT(&d, &a, C, "delta-paper: n_out", "n_out", "n");
+    base(VLA_MECH_DELTA_PAPER, &d, &a);
+    d.normalize_output = 1;
+    EXPECT(&d, &a, C, "delta-paper: normalize_output", "normalize_output");
 }
 END_TEST
 
@@ -763,11 +802,12 @@ static void bwd_base(vla_mechanism m, vla_attn_desc *d, vla_attn_args *a, vla_at
     if (m == VLA_MECH_VLA) a->u = F.u, g->du = F.gu, a->A_in = F.Ai, g->dA_end = F.dAe, g->dA_0 = F.gA;
     if (m == VLA_MECH_DELTA) a->beta = F.beta, a->g = F.g, g->dbeta = F.gbeta, g->dg = F.gg;
     if (m == VLA_MECH_LINEAR) a->n_in = F.ni, g->dn_end = F.dne, g->dn_0 = F.gn;
+    if (m == VLA_MECH_DELTA_PAPER) a->g = F.grow, g->dg = F.ggrow;
 }
 
 /* The baselines are valid (run on fresh outputs, so F's stay poisoned) and write every output. */
 START_TEST(test_backward_baselines_valid) {
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++) {
         vla_attn_desc d;
         vla_attn_args a;
         vla_attn_grads g;
@@ -847,6 +887,32 @@ START_TEST(test_backward_errors) {
     }
     bwd_base(VLA_MECH_VLA, &d, &a, &g), a.A_in = F.tiny;
     EXPECT_BWD(&d, &a, &g, SM, "backward vla: A_in too small", "A_in");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), g.dg = F.gg;
+    EXPECT_BWD(&d, &a, &g, SM, "backward delta-paper: dg of [B,T,H] (needs [B,T,H,dv])", "dg");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), a.g = F.g;
+    EXPECT_BWD(&d, &a, &g, SM, "backward delta-paper: g of [B,T,H] (needs [B,T,H,dv])", "g");
+
+    /* delta-paper: beta refused, its one algorithm, no A or n. */
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), a.beta = F.beta;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: beta given", "beta");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), a.beta = F.beta, g.dbeta = F.gbeta;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: beta and dbeta", "beta");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), d.algorithm = VLA_ALGO_CHUNKED;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: chunked", "chunked");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), d.algorithm = VLA_ALGO_SCAN;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: scan", "scan");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), a.g = NULL;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: dg without g", "dg");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), g.dA_0 = F.gA;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: dA_0", "dA_0");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), g.dn_0 = F.gn;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: dn_0", "dn_0");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), g.dA_end = F.dAe;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: dA_end", "dA_end");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), g.dn_end = F.dne;
+    EXPECT_BWD(&d, &a, &g, C, "backward delta-paper: dn_end", "dn_end");
+    bwd_base(VLA_MECH_DELTA_PAPER, &d, &a, &g), g.dg = F.big, g.dO = F.big;
+    EXPECT_BWD(&d, &a, &g, VLA_ERR_ALIASING, "backward delta-paper: dg == dO", "dg");
 
     /* Gradients of what the call does not have. */
     bwd_base(VLA_MECH_VLA, &d, &a, &g), a.u = NULL;

@@ -43,8 +43,10 @@ typedef struct gcase {
     int chunk;
 } gcase;
 
-/* The case whose g has exact zeros and a negative value (the chunked gate gradient never divides). */
+/* The cases whose g has exact zeros and a negative value (the chunked gate gradient never divides;
+ * delta-paper's gate gradient never divides either). */
 #define G_SPECIAL "delta-g-zero-negative"
+#define G_SPECIAL_PAPER "delta-paper-g-zero-negative"
 
 /* Field order: name, mech, B, T, H, dk, dv, t0, fmap, normalize, refresh, rho, u_scale, lambda0,
  * scale, has_u, has_beta, has_g, states_in, upstream, paper, chunk. */
@@ -90,10 +92,30 @@ static const gcase fd_cases[] = {
      1, 0, 1},
     {"linear-chunk64", VLA_MECH_LINEAR, 1, 9, 1, 3, 2, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 0, 1, 1, 0, 64},
     {"vla-chunk64", VLA_MECH_VLA, 1, 9, 1, 3, 2, 0, VLA_FMAP_NONE, 0, 3, 0.1, 1.0, 0.1, 0, 0, 0, 0, 1, 1, 0, 64},
+    /* The paper's DeltaNet: phi on q only, g [B,T,H,dv]; T = 10 with C = 4 (a short last chunk). */
+    {"delta-paper-elu1", VLA_MECH_DELTA_PAPER, 1, 8, 1, 3, 4, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 0, 0, 0, 0,
+     3},
+    {"delta-paper-elu1-g-states-upstream", VLA_MECH_DELTA_PAPER, 1, 10, 2, 4, 3, 3, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0,
+     0, 0, 1, 1, 1, 0, 4},
+    {"delta-paper-none-g-upstream", VLA_MECH_DELTA_PAPER, 2, 6, 1, 2, 3, 0, VLA_FMAP_NONE, 0, 0, 0, 1, 0.1, 0, 0, 0, 1,
+     0, 1, 0, 4},
+    {G_SPECIAL_PAPER, VLA_MECH_DELTA_PAPER, 1, 11, 1, 3, 2, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1, 0,
+     4},
+    {"delta-paper-dk9dv1-g", VLA_MECH_DELTA_PAPER, 1, 6, 1, 9, 1, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1,
+     0, 4},
+    {"delta-paper-dk1dv7-g", VLA_MECH_DELTA_PAPER, 1, 6, 1, 1, 7, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1,
+     0, 4},
+    {"delta-paper-T1-g", VLA_MECH_DELTA_PAPER, 1, 1, 2, 3, 4, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1, 0,
+     4},
+    {"delta-paper-g-chunk1", VLA_MECH_DELTA_PAPER, 1, 5, 1, 3, 2, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1,
+     0, 1},
+    {"delta-paper-g-chunk64", VLA_MECH_DELTA_PAPER, 1, 9, 1, 3, 2, 0, VLA_FMAP_NONE, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1,
+     0, 64},
 };
 #define N_FD ((int)(sizeof fd_cases / sizeof fd_cases[0]))
 
 static int has_S(const gcase *c) { return c->mech != VLA_MECH_SOFTMAX; }
+static int gate_width(const gcase *c) { return c->mech == VLA_MECH_DELTA_PAPER ? c->dv : 1; } /* g's row */
 static int has_A(const gcase *c) { return c->mech == VLA_MECH_VLA; }
 static int has_n(const gcase *c) { return c->mech == VLA_MECH_LINEAR || (c->mech == VLA_MECH_VLA && c->normalize); }
 
@@ -135,7 +157,8 @@ static void make_problem(const gcase *c, uint64_t seed, problem *p) {
     p->B = c->B, p->T = c->T, p->H = c->H, p->dk = c->dk, p->dv = c->dv, p->t0 = c->t0;
     const size_t BTH = (size_t)c->B * c->T * c->H, BH = (size_t)c->B * c->H;
     const size_t nqk = BTH * c->dk, nvo = BTH * c->dv;
-    const size_t ns[N_X] = {nqk, nqk, nvo, nqk, BTH, BTH, BH * c->dk * c->dv, BH * c->dk * c->dk, BH * c->dk};
+    const size_t ng = BTH * (size_t)gate_width(c);
+    const size_t ns[N_X] = {nqk, nqk, nvo, nqk, BTH, ng, BH * c->dk * c->dv, BH * c->dk * c->dk, BH * c->dk};
     memcpy(p->n, ns, sizeof ns);
     const size_t nu[N_UP] = {nvo, ns[X_S0], ns[X_A0], ns[X_N0]};
     memcpy(p->nup, nu, sizeof nu);
@@ -145,9 +168,11 @@ static void make_problem(const gcase *c, uint64_t seed, problem *p) {
     away_from_zero(p->x[X_Q], nqk), away_from_zero(p->x[X_K], nqk);
     if (c->has_u) p->x[X_U] = tu_randn_new(&r, nqk);
     if (c->has_beta) p->x[X_BETA] = malloc(BTH * sizeof(float)), tu_randu(&r, p->x[X_BETA], BTH, 0.2f, 1.0f);
-    if (c->has_g) p->x[X_G] = malloc(BTH * sizeof(float)), tu_randu(&r, p->x[X_G], BTH, 0.5f, 1.0f);
-    if (!strcmp(c->name, G_SPECIAL)) /* zeros inside a chunk and on a chunk's first and last token */
-        for (size_t i = 0; i < BTH; i++) p->x[X_G][i] = i % 11 == 1 || i % 11 == 4 || i % 11 == 7 ? 0.0f : i % 11 == 9 ? -0.6f : p->x[X_G][i];
+    if (c->has_g) p->x[X_G] = malloc(ng * sizeof(float)), tu_randu(&r, p->x[X_G], ng, 0.5f, 1.0f);
+    /* Zeros inside a chunk and on a chunk's first and last token, and a negative gate. */
+    if (!strcmp(c->name, G_SPECIAL) || !strcmp(c->name, G_SPECIAL_PAPER))
+        for (size_t i = 0; i < ng; i++)
+            p->x[X_G][i] = i % 11 == 1 || i % 11 == 4 || i % 11 == 7 ? 0.0f : i % 11 == 9 ? -0.6f : p->x[X_G][i];
     if (c->states_in && has_S(c)) p->x[X_S0] = tu_rand_S0(&r, c->B, c->H, c->dk, c->dv);
     if (c->states_in && has_A(c)) p->x[X_A0] = tu_rand_A0(&r, c->B, c->H, c->dk, c->lambda0);
     if (c->states_in && has_n(c)) p->x[X_N0] = tu_rand_n0(&r, c->B, c->H, c->dk);
@@ -340,6 +365,11 @@ static vla_algorithm algos_of(vla_mechanism m, vla_algorithm out[2]) {
         out[0] = VLA_ALGO_FUSED;
         return 1;
     }
+    if (m == VLA_MECH_DELTA_PAPER) { /* sequential only; AUTO must resolve to it */
+        out[0] = VLA_ALGO_SEQUENTIAL;
+        out[1] = VLA_ALGO_AUTO;
+        return 2;
+    }
     out[0] = VLA_ALGO_SEQUENTIAL;
     out[1] = VLA_ALGO_CHUNKED;
     return 2;
@@ -414,6 +444,10 @@ static const gcase prec_cases[] = {
     {"vla-T1024", VLA_MECH_VLA, 1, 1024, 2, 16, 16, 0, VLA_FMAP_NONE, 0, 0, 1e-3, 1.0, 0.1, 0, 0, 0, 0, 1, 1, 0, 64},
     {"vla-paper-T1000-u", VLA_MECH_VLA, 1, 1000, 2, 16, 8, 7, VLA_FMAP_ELU1, 1, 20, 1e-3, 0, 0.1, 0, 1, 0, 0, 1, 1, 1,
      48},
+    {"delta-paper-g-T1024", VLA_MECH_DELTA_PAPER, 1, 1024, 2, 16, 16, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1,
+     1, 0, 64},
+    {"delta-paper-T1000-dk24dv8", VLA_MECH_DELTA_PAPER, 1, 1000, 2, 24, 8, 9, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0,
+     0, 1, 1, 0, 48},
 };
 #define N_PREC ((int)(sizeof prec_cases / sizeof prec_cases[0]))
 
@@ -476,6 +510,8 @@ static const gcase chain_cases[] = {
     {"delta-beta-g", VLA_MECH_DELTA, 1, 37, 2, 5, 4, 0, VLA_FMAP_NONE, 0, 0, 0, 1, 0.1, 0, 0, 1, 1, 1, 1, 0, 8},
     {"vla-paper-u", VLA_MECH_VLA, 1, 45, 2, 6, 3, 3, VLA_FMAP_ELU1, 1, 20, 1e-3, 0, 0.1, 0, 1, 0, 0, 1, 1, 1, 8},
     {"vla-refresh7", VLA_MECH_VLA, 1, 33, 1, 4, 5, 0, VLA_FMAP_NONE, 0, 7, 0.05, 1, 0.1, 0, 0, 0, 0, 1, 1, 0, 5},
+    {"delta-paper-g", VLA_MECH_DELTA_PAPER, 1, 37, 2, 5, 4, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1, 0,
+     8},
 };
 #define N_CHAIN ((int)(sizeof chain_cases / sizeof chain_cases[0]))
 
@@ -484,7 +520,8 @@ static void piece_of(const problem *p, int ta, int tb, problem *q) {
     memset(q, 0, sizeof *q);
     q->d = p->d;
     q->B = p->B, q->T = tb - ta, q->H = p->H, q->dk = p->dk, q->dv = p->dv, q->t0 = p->t0 + ta;
-    const int D[N_X] = {p->dk, p->dk, p->dv, p->dk, 1, 1};
+    const int gw = p->d.mechanism == VLA_MECH_DELTA_PAPER ? p->dv : 1;
+    const int D[N_X] = {p->dk, p->dk, p->dv, p->dk, 1, gw};
     for (int i = 0; i < N_X; i++) {
         if (i < X_S0) {
             q->n[i] = p->n[i] / p->T * q->T;
@@ -554,7 +591,7 @@ START_TEST(test_chain) {
         ck_assert_int_eq(g1.status, VLA_OK);
 
         /* Reassemble the per-token gradients along T and compare with the whole call's. */
-        const int D[N_X] = {p.dk, p.dk, p.dv, p.dk, 1, 1};
+        const int D[N_X] = {p.dk, p.dk, p.dv, p.dk, 1, gate_width(c)};
         double *ref[N_X] = {0};
         grads joined = {0};
         for (int i = 0; i < N_X; i++) {
@@ -620,8 +657,10 @@ START_TEST(test_threads) {
     static const gcase cs[] = {
         {"softmax", VLA_MECH_SOFTMAX, 1, 150, 1, 8, 5, 0, VLA_FMAP_NONE, 0, 0, 0, 1, 0.1, 0, 0, 0, 0, 0, 0, 0, 64},
         {"vla", VLA_MECH_VLA, 2, 40, 3, 6, 5, 0, VLA_FMAP_NONE, 0, 3, 0.01, 1, 0.1, 0, 0, 0, 0, 1, 1, 0, 16},
+        {"delta-paper", VLA_MECH_DELTA_PAPER, 2, 40, 3, 6, 5, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 1, 1, 0,
+         16},
     };
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < (int)(sizeof cs / sizeof cs[0]); k++) {
         vla_backend *be = tu_open_cpu();
         problem p;
         make_problem(&cs[k], 99, &p);
@@ -678,9 +717,11 @@ START_TEST(test_nan) {
         {"linear", VLA_MECH_LINEAR, 1, 150, 2, 8, 5, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 0, 0, 0, 0, 32},
         {"delta", VLA_MECH_DELTA, 1, 150, 2, 8, 5, 0, VLA_FMAP_NONE, 0, 0, 0, 1, 0.1, 0, 0, 1, 1, 0, 0, 0, 32},
         {"vla", VLA_MECH_VLA, 1, 150, 2, 8, 5, 0, VLA_FMAP_ELU1, 1, 20, 1e-3, 1, 0.1, 0, 1, 0, 0, 0, 0, 0, 32},
+        {"delta-paper", VLA_MECH_DELTA_PAPER, 1, 150, 2, 8, 5, 0, VLA_FMAP_ELU1, 0, 0, 0, 1, 0.1, 0, 0, 0, 1, 0, 0, 0,
+         32},
     };
     vla_backend *be = tu_open_cpu();
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < (int)(sizeof cs / sizeof cs[0]); k++) {
         problem p;
         make_problem(&cs[k], 55, &p);
         p.x[X_V][((size_t)J * p.H + 1) * p.dv] = NAN; /* token J of head 1 */

@@ -1,6 +1,8 @@
 /* The OpenCL backend's own behaviour (its numbers are vla-check's job): device names and
  * listing, unknown devices, buffers, out-of-memory before anything is written, NaN propagation,
- * the fp64 switch, synchronisation. Skips (exit 77) when this machine has no OpenCL device.
+ * the fp64 switch, synchronisation; and the paper's DeltaNet (delta-paper), forward and
+ * backward, against the float64 reference (ref64). Skips (exit 77) when this machine has no
+ * OpenCL device.
  * Runs without fork (CK_NOFORK): an OpenCL runtime must not be initialised before a fork. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref64.h"
 #include "test_util.h"
 
 static char first_name[64]; /* the first OpenCL device, "opencl:P:D" */
@@ -138,7 +141,7 @@ START_TEST(test_nan_propagates) {
     for (size_t i = 0; i < n; i++) x[i] = 0.25f * (float)(i % 7) - 0.6f;
     x[2 * d + 1] = NAN; /* token 2 */
     vla_buffer *q = tu_buf_from(b, x, n), *k = tu_buf_from(b, x, n), *v = tu_buf_from(b, x, n);
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= (int)VLA_MECH_DELTA_PAPER; m++) {
         vla_attn_desc desc;
         vla_attn_desc_init(&desc, (vla_mechanism)m);
         vla_buffer *o = tu_buf_new(b, n);
@@ -197,6 +200,164 @@ START_TEST(test_fp64_switch) {
 }
 END_TEST
 
+/* ---- the paper's DeltaNet (delta-paper), forward and backward, against ref64 ----
+ * Metric: ||x - ref|| / ||ref|| per tensor (2-norm over all elements), ref = ref64's float64
+ * loop on the same float32 inputs. Tolerances: 2e-5 for o and S_T (float32 sequential, VLA-MATH
+ * 3's "well under 1e-5" with room for T ~ 100), 1e-4 for every gradient (VLA-MATH 5's target for
+ * float32 gradients, the CPU backward's tolerance). Every output is poisoned first and must be
+ * written everywhere. Inputs: q, k, v, dO ~ N(0, 1), g uniform in (0.3, 1), S_0 and dS_end
+ * ~ N(0, 0.3^2), drawn afresh for each case from VLA_TEST_SEED (default 1000). */
+#define DP_FWD_TOL 2e-5
+#define DP_GRAD_TOL 1e-4
+
+typedef struct dp_case {
+    const char *name;
+    int B, T, H, dk, dv;
+    int has_g, states, upstream; /* g given; S_in given (and S_out); dS_end given */
+    int chunk;                   /* the backward's checkpoint interval */
+    vla_feature_map fmap;
+    double eps; /* normalize's floor; 0: the default. Large where the floor must bind for some tokens */
+} dp_case;
+
+static const dp_case dp_cases[] = {
+    {"g-states-upstream", 2, 37, 3, 16, 24, 1, 1, 1, 8, VLA_FMAP_ELU1, 0}, /* dk != dv, ragged last chunk */
+    {"no-g-no-states", 1, 40, 2, 24, 16, 0, 0, 0, 64, VLA_FMAP_ELU1, 0},
+    {"training-shape", 2, 73, 4, 32, 32, 1, 0, 0, 64, VLA_FMAP_ELU1, 0}, /* B = 64 in training */
+    /* dk = 1: k^ = sign(k) and dk = 0 where ||k|| > eps; eps = 0.5 makes the floor bind at
+     * about 38% of the tokens, so dk is not all rounding noise around 0. */
+    {"dk1", 2, 19, 2, 1, 8, 1, 1, 1, 5, VLA_FMAP_ELU1, 0.5},
+    {"d48", 1, 20, 2, 48, 48, 1, 1, 1, 8, VLA_FMAP_ELU1, 0}, /* the largest adjoint in local memory */
+    {"dk256", 1, 9, 2, 256, 64, 1, 1, 1, 4, VLA_FMAP_ELU1, 0}, /* adjoint in global memory */
+    {"dk256-dv256", 1, 5, 1, 256, 256, 1, 1, 1, 2, VLA_FMAP_ELU1, 0},
+    {"dv256", 1, 7, 1, 8, 256, 0, 1, 1, 3, VLA_FMAP_ELU1, 0},
+    {"T1", 2, 1, 3, 8, 12, 1, 1, 1, 64, VLA_FMAP_ELU1, 0},
+    {"fmap-none", 1, 21, 2, 12, 12, 1, 1, 1, 4, VLA_FMAP_NONE, 0},
+    {"chunk1-floor", 1, 6, 1, 4, 5, 1, 1, 1, 1, VLA_FMAP_ELU1, 1.5}, /* ||k|| ~ 2: the floor binds at some */
+};
+
+static uint64_t test_seed(void) {
+    const char *s = getenv("VLA_TEST_SEED");
+    return s && s[0] ? strtoull(s, NULL, 10) : 1000;
+}
+
+/* Relative error of n floats (downloaded from buf, every one written) against ref; failures
+ * are appended to why. */
+static double dp_check(const vla_buffer *buf, const double *ref, size_t n, double tol, const char *what,
+                       const char *label, char *why, size_t whylen) {
+    float *x = tu_buf_download_new(buf, n);
+    const size_t unwritten = tu_count_poison(x, n);
+    const double err = unwritten ? INFINITY : tu_relerr(x, ref, n);
+    fprintf(stderr, "  delta-paper %-18s %-5s relerr %.2e (tol %.0e)%s\n", label, what, err, tol,
+            unwritten ? " UNWRITTEN" : "");
+    if (!(err < tol)) {
+        const size_t len = strlen(why);
+        snprintf(why + len, whylen - len, " %s %s: %.2e (%zu unwritten);", label, what, err, unwritten);
+    }
+    free(x);
+    return err;
+}
+
+START_TEST(test_delta_paper) {
+    const dp_case *c = &dp_cases[_i];
+    vla_backend *b = open_ocl();
+    tu_rng r;
+    tu_seed(&r, test_seed() + 7919u * (uint64_t)_i);
+    const int B = c->B, T = c->T, H = c->H, dk = c->dk, dv = c->dv;
+    const size_t nqk = (size_t)B * T * H * dk, nvo = (size_t)B * T * H * dv, nS = (size_t)B * H * dk * dv;
+    float *q = tu_randn_new(&r, nqk), *k = tu_randn_new(&r, nqk), *v = tu_randn_new(&r, nvo);
+    float *dO = tu_randn_new(&r, nvo), *g = NULL, *S0 = NULL, *dSe = NULL;
+    if (c->has_g) {
+        g = malloc(nvo * sizeof *g);
+        tu_randu(&r, g, nvo, 0.3f, 1.0f);
+    }
+    if (c->states) S0 = tu_rand_S0(&r, B, H, dk, dv);
+    if (c->upstream) dSe = tu_rand_S0(&r, B, H, dk, dv);
+    vla_attn_desc desc;
+    ck_assert_int_eq(vla_attn_desc_init(&desc, VLA_MECH_DELTA_PAPER), VLA_OK);
+    desc.feature_map = c->fmap;
+    desc.chunk = c->chunk;
+    if (c->eps > 0) desc.eps = c->eps;
+
+    /* float64 reference: forward and backward. */
+    double *o_ref = malloc(nvo * sizeof *o_ref), *S_ref = malloc(nS * sizeof *S_ref);
+    double *dq_ref = malloc(nqk * sizeof(double)), *dk_ref = malloc(nqk * sizeof(double));
+    double *dv_ref = malloc(nvo * sizeof(double)), *dg_ref = malloc(nvo * sizeof(double));
+    double *dS0_ref = malloc(nS * sizeof(double));
+    double *dO64 = tu_to_double(dO, nvo), *dSe64 = dSe ? tu_to_double(dSe, nS) : NULL;
+    ck_assert_int_eq(ref64_forward(&desc, B, T, H, dk, dv, 0, q, k, v, NULL, NULL, g, S0, NULL, NULL, o_ref, S_ref,
+                                   NULL, NULL),
+                     0);
+    ref64_grads rg = {.dO = dO64, .dS_end = dSe64, .dq = dq_ref, .dk = dk_ref, .dv = dv_ref, .dg = g ? dg_ref : NULL,
+                      .dS_0 = dS0_ref};
+    ck_assert_int_eq(ref64_backward(&desc, B, T, H, dk, dv, 0, q, k, v, NULL, NULL, g, S0, NULL, NULL, &rg), 0);
+
+    /* The forward. */
+    vla_buffer *bq = tu_buf_from(b, q, nqk), *bk = tu_buf_from(b, k, nqk), *bv = tu_buf_from(b, v, nvo);
+    vla_buffer *bg = g ? tu_buf_from(b, g, nvo) : NULL, *bS0 = S0 ? tu_buf_from(b, S0, nS) : NULL;
+    vla_buffer *bo = tu_buf_new(b, nvo), *bS = tu_buf_new(b, nS);
+    vla_attn_args a = {.B = B, .T = T, .H = H, .dk = dk, .dv = dv, .q = bq, .k = bk, .v = bv, .g = bg, .o = bo,
+                       .S_in = bS0, .S_out = bS};
+    ck_assert_msg(vla_attention_forward(b, &desc, &a) == VLA_OK, "%s: %s", c->name, vla_backend_message(b));
+    char why[1024] = "";
+    dp_check(bo, o_ref, nvo, DP_FWD_TOL, "o", c->name, why, sizeof why);
+    dp_check(bS, S_ref, nS, DP_FWD_TOL, "S_T", c->name, why, sizeof why);
+    if (S0) { /* in place (S_in == S_out): the same bits as out of place */
+        float *S_out = tu_buf_download_new(bS, nS), *o_first = tu_buf_download_new(bo, nvo);
+        vla_buffer *bSi = tu_buf_from(b, S0, nS);
+        vla_attn_args ai = a;
+        ai.S_in = bSi, ai.S_out = bSi;
+        tu_buf_poison(bo);
+        ck_assert_int_eq(vla_attention_forward(b, &desc, &ai), VLA_OK);
+        float *S_in_place = tu_buf_download_new(bSi, nS), *o_in_place = tu_buf_download_new(bo, nvo);
+        ck_assert_msg(memcmp(S_out, S_in_place, nS * sizeof(float)) == 0, "%s: in-place S differs", c->name);
+        ck_assert_msg(memcmp(o_first, o_in_place, nvo * sizeof(float)) == 0, "%s: in-place o differs", c->name);
+        free(S_out), free(o_first), free(S_in_place), free(o_in_place);
+        vla_buffer_free(bSi);
+    }
+
+    /* The backward, every output. */
+    vla_buffer *bdO = tu_buf_from(b, dO, nvo), *bdSe = dSe ? tu_buf_from(b, dSe, nS) : NULL;
+    vla_buffer *bdq = tu_buf_new(b, nqk), *bdk = tu_buf_new(b, nqk), *bdv = tu_buf_new(b, nvo);
+    vla_buffer *bdg = g ? tu_buf_new(b, nvo) : NULL, *bdS0 = tu_buf_new(b, nS);
+    vla_attn_grads gr = {.dO = bdO, .dS_end = bdSe, .dq = bdq, .dk = bdk, .dv = bdv, .dg = bdg, .dS_0 = bdS0};
+    ck_assert_msg(vla_attention_backward(b, &desc, &a, &gr) == VLA_OK, "%s: %s", c->name, vla_backend_message(b));
+    dp_check(bdq, dq_ref, nqk, DP_GRAD_TOL, "dq", c->name, why, sizeof why);
+    dp_check(bdk, dk_ref, nqk, DP_GRAD_TOL, "dk", c->name, why, sizeof why);
+    dp_check(bdv, dv_ref, nvo, DP_GRAD_TOL, "dv", c->name, why, sizeof why);
+    if (g) dp_check(bdg, dg_ref, nvo, DP_GRAD_TOL, "dg", c->name, why, sizeof why);
+    dp_check(bdS0, dS0_ref, nS, DP_GRAD_TOL, "dS_0", c->name, why, sizeof why);
+    ck_assert_msg(why[0] == '\0', "delta-paper:%s", why);
+
+    /* Partial requests give the same bits, and a buffer not passed stays poisoned. */
+    float *dk_all = tu_buf_download_new(bdk, nqk), *dS0_all = tu_buf_download_new(bdS0, nS);
+    float *dg_all = g ? tu_buf_download_new(bdg, nvo) : NULL;
+    tu_buf_poison(bdk), tu_buf_poison(bdS0), tu_buf_poison(bdq);
+    if (g) tu_buf_poison(bdg);
+    vla_attn_grads part = {.dO = bdO, .dS_end = bdSe, .dk = bdk, .dg = bdg};
+    ck_assert_int_eq(vla_attention_backward(b, &desc, &a, &part), VLA_OK);
+    vla_attn_grads part2 = {.dO = bdO, .dS_end = bdSe, .dS_0 = bdS0};
+    ck_assert_int_eq(vla_attention_backward(b, &desc, &a, &part2), VLA_OK);
+    float *dk_part = tu_buf_download_new(bdk, nqk), *dS0_part = tu_buf_download_new(bdS0, nS);
+    float *dq_none = tu_buf_download_new(bdq, nqk);
+    ck_assert_msg(memcmp(dk_all, dk_part, nqk * sizeof(float)) == 0, "%s: dk alone differs", c->name);
+    ck_assert_msg(memcmp(dS0_all, dS0_part, nS * sizeof(float)) == 0, "%s: dS_0 alone differs", c->name);
+    ck_assert_uint_eq(tu_count_poison(dq_none, nqk), nqk);
+    if (g) {
+        float *dg_part = tu_buf_download_new(bdg, nvo);
+        ck_assert_msg(memcmp(dg_all, dg_part, nvo * sizeof(float)) == 0, "%s: dg with dk differs", c->name);
+        free(dg_part);
+    }
+    free(dk_all), free(dS0_all), free(dg_all), free(dk_part), free(dS0_part), free(dq_none);
+
+    vla_buffer *bufs[] = {bq, bk, bv, bg, bS0, bo, bS, bdO, bdSe, bdq, bdk, bdv, bdg, bdS0};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vla_buffer_free(bufs[i]);
+    free(q), free(k), free(v), free(dO), free(g), free(S0), free(dSe);
+    free(o_ref), free(S_ref), free(dq_ref), free(dk_ref), free(dv_ref), free(dg_ref), free(dS0_ref);
+    free(dO64), free(dSe64);
+    vla_backend_close(b);
+}
+END_TEST
+
 static Suite *opencl_suite(void) {
     Suite *s = suite_create("opencl");
     TCase *tc = tcase_create("backend");
@@ -210,6 +371,10 @@ static Suite *opencl_suite(void) {
     tcase_add_test(tc, test_fp64_switch);
     tcase_add_test(tc, test_timer);
     suite_add_tcase(s, tc);
+    TCase *dp = tcase_create("delta_paper");
+    tcase_set_timeout(dp, 120);
+    tcase_add_loop_test(dp, test_delta_paper, 0, (int)(sizeof dp_cases / sizeof dp_cases[0]));
+    suite_add_tcase(s, dp);
     return s;
 }
 

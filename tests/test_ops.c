@@ -22,6 +22,7 @@ typedef struct op_case {
     int R;           /* refresh period */
     double rho;      /* refresh size (with R) */
     int elu1;        /* feature map elu1 */
+    int fmap_none;   /* feature map none (delta-paper's default is elu1) */
     int norm;        /* normalize_output */
     double scale;    /* softmax scale; 0: default */
     int with_u, with_beta, with_g, g_zeros, with_states;
@@ -33,6 +34,7 @@ typedef struct op_case {
 #define LI VLA_MECH_LINEAR
 #define DE VLA_MECH_DELTA
 #define VL VLA_MECH_VLA
+#define DP VLA_MECH_DELTA_PAPER
 
 static const op_case cases[] = {
     /* ---- softmax ---- */
@@ -91,6 +93,25 @@ static const op_case cases[] = {
 
     {.name = "delta B1 T150 H2 dk128 dv64 beta g", .mech = DE, .B = 1, .T = 150, .H = 2, .dk = 128, .dv = 64,
      .with_beta = 1, .with_g = 1},
+
+    /* ---- delta-paper: phi (elu1 by default) on q only, g [B,T,H,dv], sequential only ---- */
+    {.name = "delta-paper T=1 g", .mech = DP, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8, .with_g = 1},
+    {.name = "delta-paper B2 T37 H3 dk16 dv24 g", .mech = DP, .B = 2, .T = 37, .H = 3, .dk = 16, .dv = 24,
+     .with_g = 1},
+    {.name = "delta-paper B1 T100 H2 dk24 dv16 no g", .mech = DP, .B = 1, .T = 100, .H = 2, .dk = 24, .dv = 16},
+    {.name = "delta-paper dk5 dv3 g", .mech = DP, .B = 2, .T = 20, .H = 1, .dk = 5, .dv = 3, .with_g = 1},
+    {.name = "delta-paper dk1 dv1 g", .mech = DP, .B = 1, .T = 13, .H = 2, .dk = 1, .dv = 1, .with_g = 1},
+    {.name = "delta-paper g with exact zeros", .mech = DP, .B = 1, .T = 45, .H = 2, .dk = 12, .dv = 8, .with_g = 1,
+     .g_zeros = 1},
+    {.name = "delta-paper states S0 t0=5 g", .mech = DP, .B = 2, .T = 37, .H = 2, .dk = 12, .dv = 10, .t0 = 5,
+     .with_g = 1, .with_states = 1},
+    {.name = "delta-paper feature map none g", .mech = DP, .B = 1, .T = 37, .H = 2, .dk = 16, .dv = 16, .with_g = 1,
+     .fmap_none = 1},
+    {.name = "delta-paper B64 T73 H4 dk32 dv32 g (training shape)", .mech = DP, .B = 64, .T = 73, .H = 4, .dk = 32,
+     .dv = 32, .with_g = 1},
+    {.name = "delta-paper dk256 dv256 T9 g", .mech = DP, .B = 1, .T = 9, .H = 1, .dk = 256, .dv = 256, .with_g = 1},
+    {.name = "delta-paper dk256 dv1 T20 g", .mech = DP, .B = 1, .T = 20, .H = 2, .dk = 256, .dv = 1, .with_g = 1},
+    {.name = "delta-paper dk1 dv256 T20 g", .mech = DP, .B = 1, .T = 20, .H = 2, .dk = 1, .dv = 256, .with_g = 1},
 
     /* ---- vla ---- */
     {.name = "vla T=1", .mech = VL, .B = 1, .T = 1, .H = 1, .dk = 8, .dv = 8},
@@ -175,6 +196,7 @@ static void make_desc(const op_case *c, vla_attn_desc *d) {
         d->refresh_size = c->rho;
     }
     if (c->elu1) d->feature_map = VLA_FMAP_ELU1;
+    if (c->fmap_none) d->feature_map = VLA_FMAP_NONE;
     if (c->norm) d->normalize_output = 1;
     if (c->scale > 0) d->scale = c->scale;
 }
@@ -186,7 +208,7 @@ START_TEST(test_case) {
     vla_attn_desc d;
     make_desc(c, &d);
     tu_problem p = {.B = c->B, .T = c->T, .H = c->H, .dk = c->dk, .dv = c->dv, .t0 = c->t0};
-    size_t nqk = tu_nqk(&p), nvo = tu_nvo(&p), nbt = tu_nbt(&p);
+    size_t nqk = tu_nqk(&p), nvo = tu_nvo(&p), nbt = tu_nbt(&p), ng = tu_ng(&d, &p);
     float *q = tu_randn_new(&rng, nqk), *k = tu_randn_new(&rng, nqk), *v = tu_randn_new(&rng, nvo);
     float *u = c->with_u ? tu_randn_new(&rng, nqk) : NULL;
     float *beta = NULL, *g = NULL;
@@ -195,10 +217,10 @@ START_TEST(test_case) {
         tu_randu(&rng, beta, nbt, 0.0f, 1.0f);
     }
     if (c->with_g) {
-        g = malloc(nbt * sizeof *g);
-        tu_randu(&rng, g, nbt, 0.0f, 1.0f);
+        g = malloc(ng * sizeof *g);
+        tu_randu(&rng, g, ng, 0.0f, 1.0f);
         if (c->g_zeros)
-            for (size_t i = 3; i < nbt; i += 7) g[i] = 0.0f;
+            for (size_t i = 3; i < ng; i += 7) g[i] = 0.0f;
     }
     float *S0 = NULL, *A0 = NULL, *n0 = NULL;
     if (c->with_states) {
@@ -297,7 +319,7 @@ END_TEST
 
 /* vla_algorithm_defined says what VLA-MATH 2 says, and AUTO resolves to one of those. */
 START_TEST(test_algorithm_table) {
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++) {
         vla_algorithm mine[6];
         int n = tu_algorithms((vla_mechanism)m, mine);
         for (int a = 0; a <= VLA_ALGO_FUSED; a++) {
@@ -357,6 +379,18 @@ START_TEST(test_harness) {
     const float beta[1] = {0.5f}, g[1] = {0.3f};
     ref64_forward(&d, 1, 1, 1, 2, 1, 0, q, k, v, NULL, beta, g, NULL, NULL, NULL, o, S, NULL, NULL);
     ck_assert(fabs(o[0] - 0.5 * 2.0 * (0.6 * 0.5 - 0.8)) < 1e-14);
+    /* delta-paper, T = 2, dv = 2, elu1 on q only: k^ = (0.6, 0.8) both steps; S_1 = v_1 k^T;
+     * e_2 = v_2 - S_1 k^ = v_2 - v_1; S_2 = diag(g_2) S_1 + e_2 k^T = (diag(g_2) v_1 + v_2 - v_1) k^T;
+     * o_2 = S_2 phi(q_2), k^ . phi(q_2) = 0.6 * 1.5 + 0.8 * e^-1. */
+    vla_attn_desc_init(&d, VLA_MECH_DELTA_PAPER);
+    const float q2[4] = {0.5f, -1.0f, 0.5f, -1.0f}, k2[4] = {3.0f, 4.0f, 6.0f, 8.0f}, v2[4] = {1.0f, 2.0f, -1.0f, 0.5f};
+    const float g2[4] = {0.9f, 0.9f, 0.25f, 0.5f};
+    double o2[4];
+    ref64_forward(&d, 1, 2, 1, 2, 2, 0, q2, k2, v2, NULL, NULL, g2, NULL, NULL, NULL, o2, NULL, NULL, NULL);
+    const double kq = 0.6 * 1.5 + 0.8 * exp(-1.0);
+    ck_assert(fabs(o2[0] - 1.0 * kq) < 1e-14 && fabs(o2[1] - 2.0 * kq) < 1e-14);
+    ck_assert(fabs(o2[2] - ((double)g2[2] * 1.0 - 1.0 - 1.0) * kq) < 1e-14);
+    ck_assert(fabs(o2[3] - ((double)g2[3] * 2.0 + 0.5 - 2.0) * kq) < 1e-14);
 }
 END_TEST
 

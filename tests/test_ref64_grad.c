@@ -29,7 +29,7 @@ typedef struct fd_case {
     vla_mechanism mech;
     int B, T, H, dk, dv;
     int64_t t0;
-    vla_feature_map fmap; /* delta, vla (linear: always elu + 1) */
+    vla_feature_map fmap; /* delta, vla, delta-paper (linear: always elu + 1) */
     int normalize, refresh;
     double rho, u_scale, lambda0, scale; /* 0: the default */
     int has_u, has_beta, has_g;
@@ -43,6 +43,7 @@ typedef struct fd_case {
 #define LIN VLA_MECH_LINEAR
 #define DN VLA_MECH_DELTA
 #define VLA VLA_MECH_VLA
+#define DP VLA_MECH_DELTA_PAPER
 static const fd_case cases[] = {
     {"softmax", SM, .B = 1, .T = 7, .H = 2, .dk = 3, .dv = 4},
     {"softmax-scale0.3", SM, .B = 2, .T = 5, .H = 1, .dk = 4, .dv = 2, .scale = 0.3},
@@ -75,11 +76,22 @@ static const fd_case cases[] = {
      .has_u = 1, .states_in = 1, .upstream = 1, .floors = 1},
     {"vla-floor-k", VLA, .B = 1, .T = 6, .H = 1, .dk = 3, .dv = 3, .refresh = 3, .rho = 0.1, .upstream = 1,
      .floors = 1},
+    /* The paper's DeltaNet: phi on q only, a gate per value row (g [B,T,H,dv]). */
+    {"delta-paper-elu1", DP, .B = 1, .T = 8, .H = 1, .dk = 3, .dv = 4, .fmap = VLA_FMAP_ELU1},
+    {"delta-paper-elu1-g-states-upstream", DP, .B = 1, .T = 9, .H = 2, .dk = 4, .dv = 3, .t0 = 3,
+     .fmap = VLA_FMAP_ELU1, .has_g = 1, .states_in = 1, .upstream = 1},
+    {"delta-paper-none-g-upstream", DP, .B = 2, .T = 6, .H = 1, .dk = 2, .dv = 3, .has_g = 1, .upstream = 1},
+    {"delta-paper-none-states", DP, .B = 1, .T = 5, .H = 1, .dk = 3, .dv = 2, .states_in = 1},
+    {"delta-paper-dk1-g", DP, .B = 1, .T = 5, .H = 1, .dk = 1, .dv = 2, .fmap = VLA_FMAP_ELU1, .has_g = 1,
+     .states_in = 1, .upstream = 1},
+    {"delta-paper-floor-g", DP, .B = 1, .T = 6, .H = 1, .dk = 3, .dv = 2, .fmap = VLA_FMAP_ELU1, .has_g = 1,
+     .upstream = 1, .floors = 1},
 };
 #undef SM
 #undef LIN
 #undef DN
 #undef VLA
+#undef DP
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 static int has_S(const fd_case *c) { return c->mech != VLA_MECH_SOFTMAX; }
@@ -89,7 +101,7 @@ static int has_n(const fd_case *c) { return c->mech == VLA_MECH_LINEAR || (c->me
 /* A problem: inputs and upstream gradients, all double. */
 typedef struct problem {
     vla_attn_desc d;
-    size_t nqk, nvo, nbt, nS, nA, nn;
+    size_t nqk, nvo, nbt, ng, nS, nA, nn; /* ng: g's size ([B,T,H], delta-paper [B,T,H,dv]) */
     double *q, *k, *v, *u, *beta, *g, *S0, *A0, *n0;
     double *dO, *dS_end, *dA_end, *dn_end;
 } problem;
@@ -129,6 +141,7 @@ static void make_problem(const fd_case *c, uint64_t seed, problem *p) {
     }
     const int B = c->B, T = c->T, H = c->H, dk = c->dk, dv = c->dv;
     p->nqk = (size_t)B * T * H * dk, p->nvo = (size_t)B * T * H * dv, p->nbt = (size_t)B * T * H;
+    p->ng = c->mech == VLA_MECH_DELTA_PAPER ? p->nvo : p->nbt;
     p->nS = (size_t)B * H * dk * dv, p->nA = (size_t)B * H * dk * dk, p->nn = (size_t)B * H * dk;
     p->q = alloc0(p->nqk), p->k = alloc0(p->nqk), p->v = alloc0(p->nvo);
     randn_away(&r, p->q, p->nqk), randn_away(&r, p->k, p->nqk), randn_away(&r, p->v, p->nvo);
@@ -138,8 +151,8 @@ static void make_problem(const fd_case *c, uint64_t seed, problem *p) {
         for (size_t i = 0; i < p->nbt; i++) p->beta[i] = 0.1 + 0.9 * tu_uniform(&r);
     }
     if (c->has_g) {
-        p->g = alloc0(p->nbt);
-        for (size_t i = 0; i < p->nbt; i++) p->g[i] = 0.5 + 0.5 * tu_uniform(&r);
+        p->g = alloc0(p->ng);
+        for (size_t i = 0; i < p->ng; i++) p->g[i] = 0.5 + 0.5 * tu_uniform(&r);
     }
     /* States: always passed (the defaults when not states_in) so that their gradients can be
      * differenced; NULL states are checked against these separately. */
@@ -166,7 +179,8 @@ static void make_problem(const fd_case *c, uint64_t seed, problem *p) {
         for (size_t i = 0; i < p->nn; i++) p->n0[i] = 0.5 + 2.5 * tu_uniform(&r);
     }
     if (c->floors)
-        /* Per head: k at token 2 with ||phi(k)|| about 1e-5, below eps (k^ = phi(k) / eps);
+        /* Per head: k at token 2 with ||phi(k)|| about 1e-5, below eps (k^ = phi(k) / eps; delta-paper
+         * maps no k, so its k is scaled as without a map);
          * VLA's k at token 5 with ||phi(k)|| about 1e-9, so that ||A k^|| < eps too (a's floor). With
          * elu + 1 that is k = -12 and -23, without a map k scaled by 1e-6 and 1e-10. With elu + 1,
          * q at token 4 is -15: q~ . n is about 1e-6, below eps (the normalised output's floor).
@@ -178,7 +192,8 @@ static void make_problem(const fd_case *c, uint64_t seed, problem *p) {
                     for (int m = 0; m < 2; m++) {
                         double *x = p->k + (((size_t)b * T + tk[m]) * H + h) * dk + i;
                         const int deep = m && c->mech == VLA_MECH_VLA; /* only VLA has a */
-                        *x = c->fmap == VLA_FMAP_ELU1 ? (deep ? -23.0 : -12.0) - 0.1 * i : *x * (deep ? 1e-10 : 1e-6);
+                        const int k_mapped = c->fmap == VLA_FMAP_ELU1 && c->mech != VLA_MECH_DELTA_PAPER;
+                        *x = k_mapped ? (deep ? -23.0 : -12.0) - 0.1 * i : *x * (deep ? 1e-10 : 1e-6);
                     }
                     if (c->fmap == VLA_FMAP_ELU1) p->q[(((size_t)b * T + 4 % T) * H + h) * dk + i] = -15.0 + 0.1 * i;
                     if (p->u) p->u[(((size_t)b * T + 3 % T) * H + h) * dk + i] *= 1e-5;
@@ -277,7 +292,7 @@ static int run_case(const fd_case *c, uint64_t seed, double *worst) {
     make_problem(c, seed, &p);
     const int BH = c->B * c->H;
     double *dq = alloc0(p.nqk), *dk = alloc0(p.nqk), *dv = alloc0(p.nvo), *du = alloc0(p.nqk);
-    double *dbeta = alloc0(p.nbt), *dg = alloc0(p.nbt), *dS0 = alloc0(p.nS), *dA0 = alloc0(p.nA), *dn0 = alloc0(p.nn);
+    double *dbeta = alloc0(p.nbt), *dg = alloc0(p.ng), *dS0 = alloc0(p.nS), *dA0 = alloc0(p.nA), *dn0 = alloc0(p.nn);
     ref64_grads gr = {p.dO, p.dS_end, p.dA_end, p.dn_end, dq, dk, dv, du, dbeta, dg, dS0, dA0, dn0};
     int ok = 1, refused = 0;
     if (ref64_backward_f64(&p.d, c->B, c->T, c->H, c->dk, c->dv, c->t0, p.q, p.k, p.v, p.u, p.beta, p.g, p.S0, p.A0,
@@ -296,7 +311,7 @@ static int run_case(const fd_case *c, uint64_t seed, double *worst) {
         {"dv", dv, p.v, p.nvo, 1, 0},
         {"du", du, p.u, p.nqk, p.u != NULL, 0},
         {"dbeta", dbeta, p.beta, p.nbt, p.beta != NULL, 0},
-        {"dg", dg, p.g, p.nbt, p.g != NULL, 0},
+        {"dg", dg, p.g, p.ng, p.g != NULL, 0},
         {"dS_0", dS0, p.S0, p.nS, has_S(c), 0},
         {"dA_0", dA0, p.A0, p.nA, has_A(c), 1},
         {"dn_0", dn0, p.n0, p.nn, has_n(c), 0},
@@ -315,7 +330,7 @@ static int run_case(const fd_case *c, uint64_t seed, double *worst) {
     }
     /* States not given must mean exactly the defaults: the same gradients as the explicit ones. */
     if (ok) {
-        const size_t ns[9] = {p.nqk, p.nqk, p.nvo, p.nqk, p.nbt, p.nbt, p.nS, p.nA, p.nn};
+        const size_t ns[9] = {p.nqk, p.nqk, p.nvo, p.nqk, p.nbt, p.ng, p.nS, p.nA, p.nn};
         double *g2[9];
         for (int i = 0; i < 9; i++) g2[i] = alloc0(ns[i]);
         ref64_grads gr2 = {p.dO, p.dS_end, p.dA_end, p.dn_end, g2[0], g2[1], g2[2], g2[3], g2[4], g2[5], g2[6], g2[7], g2[8]};

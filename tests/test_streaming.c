@@ -43,6 +43,7 @@ static vla_buffer *piece_buf(vla_backend *be, const float *x, int B, int T, int 
 static void run_stream(vla_backend *be, vla_attn_desc d, const tu_problem *p, const plan *pl, stream_out *out) {
     const int B = p->B, T = p->T, H = p->H, dk = p->dk, dv = p->dv;
     int hS = tu_has_S(&d), hA = tu_has_A(&d), hn = tu_has_n(&d);
+    const int gw = d.mechanism == VLA_MECH_DELTA_PAPER ? dv : 1; /* g's row: [B,T,H] or [B,T,H,dv] */
     size_t nS = tu_nS(p), nA = tu_nA(p), nn = tu_nn(p);
     vla_buffer *Sb[2] = {hS ? tu_buf_new(be, nS) : NULL, hS ? tu_buf_new(be, nS) : NULL};
     vla_buffer *Ab[2] = {hA ? tu_buf_new(be, nA) : NULL, hA ? tu_buf_new(be, nA) : NULL};
@@ -64,7 +65,7 @@ static void run_stream(vla_backend *be, vla_attn_desc d, const tu_problem *p, co
         a.B = B, a.T = Tp, a.H = H, a.dk = dk, a.dv = dv, a.t0 = p->t0 + ta;
         vla_buffer *q = piece_buf(be, p->q, B, T, H, dk, ta, tb), *k = piece_buf(be, p->k, B, T, H, dk, ta, tb);
         vla_buffer *v = piece_buf(be, p->v, B, T, H, dv, ta, tb), *u = piece_buf(be, p->u, B, T, H, dk, ta, tb);
-        vla_buffer *beta = piece_buf(be, p->beta, B, T, H, 1, ta, tb), *g = piece_buf(be, p->g, B, T, H, 1, ta, tb);
+        vla_buffer *beta = piece_buf(be, p->beta, B, T, H, 1, ta, tb), *g = piece_buf(be, p->g, B, T, H, gw, ta, tb);
         size_t nvo_p = (size_t)B * Tp * H * dv;
         vla_buffer *o = tu_buf_new(be, nvo_p);
         int in = cur, outi = pl->inplace ? cur : 1 - cur;
@@ -115,6 +116,9 @@ static const scase scases[] = {
     {"linear + states T77 C16", VLA_MECH_LINEAR, 0, 0, 0, 1, 77, 2, 12, 8, 16, 0, 0, 0, 0, 1},
     {"delta beta g T77 C16", VLA_MECH_DELTA, 0, 0, 0, 2, 77, 2, 16, 12, 16, 0, 0, 1, 1, 0},
     {"delta beta g + states T77 C16", VLA_MECH_DELTA, 0, 0, 0, 1, 77, 2, 12, 8, 16, 0, 0, 1, 1, 1},
+    {"delta-paper g T77", VLA_MECH_DELTA_PAPER, 0, 0, 0, 2, 77, 2, 16, 12, 16, 0, 0, 0, 1, 0},
+    {"delta-paper g + states t0=5 T77", VLA_MECH_DELTA_PAPER, 0, 0, 0, 1, 77, 2, 12, 8, 16, 5, 0, 0, 1, 1},
+    {"delta-paper no g T77", VLA_MECH_DELTA_PAPER, 0, 0, 0, 1, 77, 3, 8, 8, 16, 0, 0, 0, 0, 0},
 };
 #define N_SCASES ((int)(sizeof scases / sizeof scases[0]))
 
@@ -148,6 +152,7 @@ static int make_plans(vla_mechanism m, plan *pl, int max) {
     /* Mixed. */
     const vla_algorithm mixes_vla[][3] = {{SEQ, CHK, SCN}, {CHK, SEQ, TWO}, {SCN, TWO, CHK}, {TWO, SCN, SEQ}};
     const vla_algorithm mixes_ld[][3] = {{SEQ, CHK, SEQ}, {CHK, SEQ, CHK}};
+    const vla_algorithm mixes_dp[][3] = {{SEQ, AUT, SEQ}, {AUT, SEQ, AUT}}; /* delta-paper: sequential only */
     int nm = m == VLA_MECH_VLA ? 4 : 2;
     for (int i = 0; i < nm; i++)
         for (int cs = 0; cs < 3; cs++) {
@@ -158,7 +163,10 @@ static int make_plans(vla_mechanism m, plan *pl, int max) {
             x->ncuts = ncut[cs];
             x->cuts[0] = cutsets[cs][0], x->cuts[1] = cutsets[cs][1];
             x->nalg = 3;
-            for (int j = 0; j < 3; j++) x->alg[j] = m == VLA_MECH_VLA ? mixes_vla[i][j] : mixes_ld[i][j];
+            for (int j = 0; j < 3; j++)
+                x->alg[j] = m == VLA_MECH_VLA           ? mixes_vla[i][j]
+                            : m == VLA_MECH_DELTA_PAPER ? mixes_dp[i][j]
+                                                        : mixes_ld[i][j];
             x->inplace = cs == 2 && i == 0;
         }
     /* Decoding: token by token, after a prompt of 20 tokens, in place. */
@@ -203,10 +211,11 @@ START_TEST(test_stream_case) {
     d.chunk = c->chunk;
     tu_problem p = {.B = c->B, .T = c->T, .H = c->H, .dk = c->dk, .dv = c->dv, .t0 = c->t0};
     size_t nqk = tu_nqk(&p), nvo = tu_nvo(&p), nbt = tu_nbt(&p), nS = tu_nS(&p), nA = tu_nA(&p), nn = tu_nn(&p);
+    size_t ng = tu_ng(&d, &p);
     float *q = tu_randn_new(&rng, nqk), *k = tu_randn_new(&rng, nqk), *v = tu_randn_new(&rng, nvo);
     float *u = c->with_u ? tu_randn_new(&rng, nqk) : NULL, *beta = NULL, *g = NULL;
     if (c->with_beta) beta = malloc(nbt * sizeof *beta), tu_randu(&rng, beta, nbt, 0.0f, 1.0f);
-    if (c->with_g) g = malloc(nbt * sizeof *g), tu_randu(&rng, g, nbt, 0.0f, 1.0f);
+    if (c->with_g) g = malloc(ng * sizeof *g), tu_randu(&rng, g, ng, 0.0f, 1.0f);
     float *S0 = NULL, *A0 = NULL, *n0 = NULL;
     if (c->with_states) {
         S0 = tu_rand_S0(&rng, c->B, c->H, c->dk, c->dv);

@@ -182,6 +182,9 @@ int tu_has_n(const vla_attn_desc *d) {
 size_t tu_nqk(const tu_problem *p) { return (size_t)p->B * p->T * p->H * p->dk; }
 size_t tu_nvo(const tu_problem *p) { return (size_t)p->B * p->T * p->H * p->dv; }
 size_t tu_nbt(const tu_problem *p) { return (size_t)p->B * p->T * p->H; }
+size_t tu_ng(const vla_attn_desc *d, const tu_problem *p) {
+    return d->mechanism == VLA_MECH_DELTA_PAPER ? tu_nvo(p) : tu_nbt(p);
+}
 size_t tu_nS(const tu_problem *p) { return (size_t)p->B * p->H * p->dk * p->dv; }
 size_t tu_nA(const tu_problem *p) { return (size_t)p->B * p->H * p->dk * p->dk; }
 size_t tu_nn(const tu_problem *p) { return (size_t)p->B * p->H * p->dk; }
@@ -197,7 +200,7 @@ vla_status tu_run(vla_backend *b, const vla_attn_desc *d, const tu_problem *p, i
     vla_buffer *q = tu_buf_from(b, p->q, nqk), *k = tu_buf_from(b, p->k, nqk), *v = tu_buf_from(b, p->v, nvo);
     vla_buffer *u = p->u ? tu_buf_from(b, p->u, nqk) : NULL;
     vla_buffer *beta = p->beta ? tu_buf_from(b, p->beta, nbt) : NULL;
-    vla_buffer *g = p->g ? tu_buf_from(b, p->g, nbt) : NULL;
+    vla_buffer *g = p->g ? tu_buf_from(b, p->g, tu_ng(d, p)) : NULL;
     vla_buffer *Si = p->S0 && hS ? tu_buf_from(b, p->S0, nS) : NULL;
     vla_buffer *Ai = p->A0 && hA ? tu_buf_from(b, p->A0, nA) : NULL;
     vla_buffer *ni = p->n0 && hn ? tu_buf_from(b, p->n0, nn) : NULL;
@@ -403,6 +406,7 @@ int tu_algorithms(vla_mechanism m, vla_algorithm out[6]) {
         out[c++] = VLA_ALGO_CHUNKED;
         out[c++] = VLA_ALGO_TWO_LEVEL;
         break;
+    case VLA_MECH_DELTA_PAPER: out[c++] = VLA_ALGO_SEQUENTIAL; break;
     }
     out[c++] = VLA_ALGO_AUTO;
     return c;

@@ -55,7 +55,7 @@ typedef struct tu_problem {
     int B, T, H, dk, dv;
     int64_t t0;
     const float *q, *k, *v;     /* required: [B,T,H,dk], [B,T,H,dk], [B,T,H,dv] */
-    const float *u, *beta, *g;  /* optional */
+    const float *u, *beta, *g;  /* optional; g [B,T,H] (delta-paper [B,T,H,dv]) */
     const float *S0, *A0, *n0;  /* optional initial states, storage layout */
 } tu_problem;
 
@@ -81,6 +81,7 @@ void tu_result_free(tu_result *r);
 size_t tu_nqk(const tu_problem *p); /* B*T*H*dk */
 size_t tu_nvo(const tu_problem *p); /* B*T*H*dv */
 size_t tu_nbt(const tu_problem *p); /* B*T*H */
+size_t tu_ng(const vla_attn_desc *d, const tu_problem *p); /* g's size: B*T*H (delta-paper B*T*H*dv) */
 size_t tu_nS(const tu_problem *p);  /* B*H*dk*dv */
 size_t tu_nA(const tu_problem *p);  /* B*H*dk*dk */
 size_t tu_nn(const tu_problem *p);  /* B*H*dk */

@@ -11,7 +11,11 @@
 #     and format 2.0/3.0 inputs, the beta warning, --verbose; (e) the backward (--grad-*): every
 #     golden case with every backward algorithm agrees with the sequential one, known answers
 #     (softmax at T = 1: dv = dO; linear with dO = 0: dS_0 = dS_end), two pieces chained
-#     through the state gradients equal one whole run, and bad backward input.
+#     through the state gradients equal one whole run, and bad backward input; (f) the paper's
+#     DeltaNet (--mechanism delta-paper, no golden case): with phi = none and no gate it is
+#     standard DeltaNet (delta without beta and g), forward and backward; a gate of ones equals no
+#     gate; its gate [B,T,H,dv] streams and its gradient (--grad-g) comes back in that layout,
+#     chained across two pieces; its bad input.
 # Prints one line per check; exits 0 only if all pass.
 set -u
 
@@ -693,6 +697,152 @@ grad_bad_input_tests() {
         --grad-o "$C/o.npy" --grad-q "$BD/dq.npy" --grad-k "$BD/no/such/dir/dk.npy"
 }
 
+# ---- the paper's DeltaNet (delta-paper) ------------------------------------------------------------
+# No golden case: its checks are identities with other runs. Its gate is [B,T,H,dv], values in
+# (0, 1) cycling with period 7 (not a divisor of dv = 24, so rows and tokens differ).
+gates() { # n: n float32 gate values
+    local -a vals=('\x00\x00\x00\x3f' '\x00\x00\x40\x3f' '\x66\x66\x66\x3f' '\x00\x00\x80\x3e'
+        '\x33\x33\x73\x3f' '\x9a\x99\x19\x3f' '\x9a\x99\x99\x3e')
+    local i
+    for ((i = 0; i < $1; i++)); do printf "${vals[i % 7]}"; done
+}
+ones() { # n: n float32 copies of 1.0
+    local i
+    for ((i = 0; i < $1; i++)); do printf '\x00\x00\x80\x3f'; done
+}
+
+paper_delta_tests() {
+    local X=$WORK/dp D=$GOLD/delta_b2t37h3_dk16_dv24 T=37 SPLIT=23 e x
+    mkdir -p "$X"
+    local GDICT="{'descr': '<f4', 'fortran_order': False, 'shape': (2, 37, 3, 24), }"
+    gates $((2 * 37 * 3 * 24)) >"$X/gdata"
+    ones $((2 * 37 * 3 * 24)) >"$X/onesdata"
+    make_npy "$X/g.npy" 1 "$GDICT" "$X/gdata"
+    make_npy "$X/g1.npy" 1 "$GDICT" "$X/onesdata"
+    local -a QKV=(--q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy")
+
+    # With phi = none and no gate, S_t = S_{t-1} + (v_t - S_{t-1} k^_t) k^_t^T is standard DeltaNet.
+    mkdir -p "$X/dn" "$X/dnc" "$X/dp"
+    if "$RUN" --mechanism delta "${QKV[@]}" --o "$X/dn/o.npy" --state-out "$X/dn/S.npy" 2>"$X/dn/err" &&
+        "$RUN" --mechanism delta --algo chunked --chunk 16 "${QKV[@]}" --o "$X/dnc/o.npy" --state-out "$X/dnc/S.npy" \
+            2>"$X/dnc/err" &&
+        "$RUN" --mechanism delta-paper --feature-map none "${QKV[@]}" --o "$X/dp/o.npy" --state-out "$X/dp/S.npy" \
+            2>"$X/dp/err"; then
+        if compare_files "$X/dp" "$X/dn" o.npy=o.npy S.npy=S.npy && compare_files "$X/dp" "$X/dnc" o.npy=o.npy S.npy=S.npy; then
+            pass "delta-paper, phi none, no g: equals delta without beta and g (sequential and chunked):$CMP_REPORT"
+        else
+            fail "delta-paper, phi none, no g: differs from delta without beta and g:$CMP_REPORT"
+        fi
+    else
+        fail "delta-paper vs delta: vla-run failed: $(cat "$X"/dn/err "$X"/dnc/err "$X"/dp/err | head -c 300)"
+    fi
+
+    # A gate of ones is no gate; the cycling gate changes the result; phi = elu1 is the default.
+    mkdir -p "$X/ng" "$X/g1" "$X/g" "$X/elu"
+    if "$RUN" --mechanism delta-paper "${QKV[@]}" --o "$X/ng/o.npy" --state-out "$X/ng/S.npy" 2>"$X/ng/err" &&
+        "$RUN" --mechanism delta-paper "${QKV[@]}" --g "$X/g1.npy" --o "$X/g1/o.npy" --state-out "$X/g1/S.npy" \
+            2>"$X/g1/err" &&
+        "$RUN" --mechanism delta-paper "${QKV[@]}" --g "$X/g.npy" --o "$X/g/o.npy" --state-out "$X/g/S.npy" \
+            2>"$X/g/err" &&
+        "$RUN" --mechanism delta-paper --feature-map elu1 "${QKV[@]}" --o "$X/elu/o.npy" 2>"$X/elu/err"; then
+        if compare_files "$X/g1" "$X/ng" o.npy=o.npy S.npy=S.npy; then
+            pass "delta-paper: a gate of ones equals no gate:$CMP_REPORT"
+        else
+            fail "delta-paper: a gate of ones differs from no gate:$CMP_REPORT"
+        fi
+        if ! "$REL" "$X/g/o.npy" "$X/ng/o.npy" 1e-2 >/dev/null 2>&1 && e=$("$REL" "$X/elu/o.npy" "$X/ng/o.npy" 0) &&
+            ! "$REL" "$X/ng/o.npy" "$X/dp/o.npy" 1e-2 >/dev/null 2>&1; then
+            pass "delta-paper: the gate and phi change o; phi = elu1 is the default ($e)"
+        else
+            fail "delta-paper: the gate or phi has no effect, or elu1 is not the default"
+        fi
+    else
+        fail "delta-paper gate runs: vla-run failed: $(cat "$X"/ng/err "$X"/g1/err "$X"/g/err "$X"/elu/err | head -c 300)"
+    fi
+
+    # Streaming: two pieces (the gate sliced along T), S carried, equal the whole run.
+    for x in q k v; do
+        "$REL" --slice "$D/$x.npy" 1 0 $SPLIT "$X/${x}1.npy" && "$REL" --slice "$D/$x.npy" 1 $SPLIT $T "$X/${x}2.npy" ||
+            { fail "delta-paper streaming: cannot split $x.npy"; return; }
+    done
+    "$REL" --slice "$X/g.npy" 1 0 $SPLIT "$X/g_1.npy" && "$REL" --slice "$X/g.npy" 1 $SPLIT $T "$X/g_2.npy" ||
+        { fail "delta-paper streaming: cannot split g.npy"; return; }
+    local P=$X/pieces
+    mkdir -p "$P"
+    if "$RUN" --mechanism delta-paper --q "$X/q1.npy" --k "$X/k1.npy" --v "$X/v1.npy" --g "$X/g_1.npy" \
+        --o "$P/o1.npy" --state-out "$P/S1.npy" 2>"$P/err1" &&
+        "$RUN" --mechanism delta-paper --q "$X/q2.npy" --k "$X/k2.npy" --v "$X/v2.npy" --g "$X/g_2.npy" \
+            --position $SPLIT --state-in "$P/S1.npy" --o "$P/o2.npy" --state-out "$P/S.npy" 2>"$P/err2" &&
+        "$REL" --concat 1 "$P/o1.npy" "$P/o2.npy" "$P/o.npy"; then
+        if compare_files "$P" "$X/g" o.npy=o.npy S.npy=S.npy; then
+            pass "delta-paper streaming: pieces 0:$SPLIT + $SPLIT:$T equal the whole run:$CMP_REPORT"
+        else
+            fail "delta-paper streaming: pieces differ from the whole run:$CMP_REPORT"
+        fi
+    else
+        fail "delta-paper streaming: vla-run failed: $(cat "$P"/err* | head -c 300)"
+    fi
+
+    # Backward, phi = none and no gate: every gradient equals delta's (no beta, no g).
+    local -a UP=(--grad-o "$D/o.npy" --grad-state-out "$D/S_final.npy")
+    local -a OUT_N=(--o "$X/bdn/o.npy" --grad-q "$X/bdn/dq.npy" --grad-k "$X/bdn/dk.npy" --grad-v "$X/bdn/dv.npy"
+        --grad-state-in "$X/bdn/dS.npy")
+    local -a OUT_P=(--o "$X/bdp/o.npy" --grad-q "$X/bdp/dq.npy" --grad-k "$X/bdp/dk.npy" --grad-v "$X/bdp/dv.npy"
+        --grad-state-in "$X/bdp/dS.npy")
+    mkdir -p "$X/bdn" "$X/bdp"
+    if "$RUN" --mechanism delta "${QKV[@]}" "${UP[@]}" "${OUT_N[@]}" 2>"$X/bdn/err" &&
+        "$RUN" --mechanism delta-paper --feature-map none "${QKV[@]}" "${UP[@]}" "${OUT_P[@]}" 2>"$X/bdp/err"; then
+        if compare_files "$X/bdp" "$X/bdn" dq.npy=dq.npy dk.npy=dk.npy dv.npy=dv.npy dS.npy=dS.npy; then
+            pass "delta-paper backward, phi none, no g: equals delta's:$CMP_REPORT"
+        else
+            fail "delta-paper backward, phi none, no g: differs from delta's:$CMP_REPORT"
+        fi
+    else
+        fail "delta-paper backward vs delta: vla-run failed: $(cat "$X"/bdn/err "$X"/bdp/err | head -c 300)"
+    fi
+
+    # Backward with the gate: --grad-g is [B,T,H,dv]; two pieces chained through dS_0 equal the whole run.
+    local W=$X/bw B2=$X/bp
+    mkdir -p "$W" "$B2"
+    "$REL" --slice "$D/o.npy" 1 0 $SPLIT "$X/dO1.npy" && "$REL" --slice "$D/o.npy" 1 $SPLIT $T "$X/dO2.npy" ||
+        { fail "delta-paper grad streaming: cannot split o.npy"; return; }
+    if "$RUN" --mechanism delta-paper "${QKV[@]}" --g "$X/g.npy" --o "$W/o.npy" "${UP[@]}" --grad-q "$W/dq.npy" \
+        --grad-k "$W/dk.npy" --grad-v "$W/dv.npy" --grad-g "$W/dg.npy" --grad-state-in "$W/dS.npy" 2>"$W/err" &&
+        "$RUN" --mechanism delta-paper --q "$X/q2.npy" --k "$X/k2.npy" --v "$X/v2.npy" --g "$X/g_2.npy" \
+            --position $SPLIT --state-in "$P/S1.npy" --o "$B2/o2.npy" --grad-o "$X/dO2.npy" \
+            --grad-state-out "$D/S_final.npy" --grad-q "$B2/dq2.npy" --grad-k "$B2/dk2.npy" --grad-v "$B2/dv2.npy" \
+            --grad-g "$B2/dg2.npy" --grad-state-in "$B2/dS2.npy" 2>"$B2/err2" &&
+        "$RUN" --mechanism delta-paper --q "$X/q1.npy" --k "$X/k1.npy" --v "$X/v1.npy" --g "$X/g_1.npy" \
+            --o "$B2/o1.npy" --grad-o "$X/dO1.npy" --grad-state-out "$B2/dS2.npy" --grad-q "$B2/dq1.npy" \
+            --grad-k "$B2/dk1.npy" --grad-v "$B2/dv1.npy" --grad-g "$B2/dg1.npy" --grad-state-in "$B2/dS.npy" \
+            2>"$B2/err1"; then
+        if npy_dict "$W/dg.npy" | grep -q "'shape': (2, 37, 3, 24)"; then
+            pass "delta-paper --grad-g: written as [B,T,H,dv] = (2, 37, 3, 24)"
+        else
+            fail "delta-paper --grad-g: header $(npy_dict "$W/dg.npy"), expected shape (2, 37, 3, 24)"
+        fi
+        for x in dq dk dv dg; do
+            "$REL" --concat 1 "$B2/${x}1.npy" "$B2/${x}2.npy" "$B2/$x.npy" || fail "delta-paper grad streaming: concat $x"
+        done
+        if compare_files "$B2" "$W" dq.npy=dq.npy dk.npy=dk.npy dv.npy=dv.npy dg.npy=dg.npy dS.npy=dS.npy; then
+            pass "delta-paper grad streaming: pieces chained through the state gradients, gate included:$CMP_REPORT"
+        else
+            fail "delta-paper grad streaming: pieces differ from the whole run:$CMP_REPORT"
+        fi
+    else
+        fail "delta-paper backward with g: vla-run failed: $(cat "$W"/err "$B2"/err* 2>/dev/null | head -c 300)"
+    fi
+
+    # Bad input: delta's [B,T,H] gate, a write strength, the chunked form.
+    new_bad; expect_bad "delta-paper: --g of [B,T,H]" --mechanism delta-paper "${QKV[@]}" --g "$D/beta.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "delta-paper: --beta" --mechanism delta-paper "${QKV[@]}" --beta "$D/beta.npy" --o "$BD/o.npy"
+    new_bad; expect_bad "delta-paper: --algo chunked" --mechanism delta-paper --algo chunked "${QKV[@]}" --o "$BD/o.npy"
+    new_bad; expect_bad "delta-paper: --grad-g without --g" --mechanism delta-paper "${QKV[@]}" --o "$BD/o.npy" \
+        --grad-o "$D/o.npy" --grad-g "$BD/dg.npy"
+    new_bad; expect_bad "delta-paper: --grad-a-state-in" --mechanism delta-paper "${QKV[@]}" --o "$BD/o.npy" \
+        --grad-o "$D/o.npy" --grad-a-state-in "$BD/dA.npy"
+}
+
 golden_tests
 bad_input_tests
 fuzz_header_tests
@@ -703,6 +853,7 @@ grad_golden_tests
 grad_known_tests
 grad_streaming_tests
 grad_bad_input_tests
+paper_delta_tests
 
 echo "test_vla_run: $NPASS passed, $NFAIL failed"
 [ $NFAIL -eq 0 ]

@@ -122,6 +122,11 @@ static double head_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s) 
         if (a == VLA_ALGO_SEQUENTIAL) return 3 * T * K * V;
         if (a == VLA_ALGO_CHUNKED) return over_chunks(chunked_delta, s->T, C, K, V);
         return 0;
+    case VLA_MECH_DELTA_PAPER:
+        /* SEQUENTIAL only, per token: e = v - ST^T k  K V,  ST = ST diag(g) + k e^T  K V (the gate's
+         * K V multiplies are elementwise, not counted, and vla-bench passes no gate),
+         * o = ST^T q  K V  ->  3 T K V. */
+        return a == VLA_ALGO_SEQUENTIAL ? 3 * T * K * V : 0;
     case VLA_MECH_VLA:
         switch (a) {
         case VLA_ALGO_SEQUENTIAL:
@@ -169,7 +174,7 @@ double bench_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s) {
 double bench_flops(vla_mechanism m, vla_algorithm a, const bench_shape *s) { return 2 * bench_macs(m, a, s); }
 
 /* Floats per head. Every mechanism: q, k [T, K] and v [T, V] read, o [T, V] written, plus u
- * [T, K] when given (VLA). Final states written: linear S [K, V] and n [K]; delta S; vla S
+ * [T, K] when given (VLA). Final states written: linear S [K, V] and n [K]; delta and delta-paper S; vla S
  * and A [K, K] (n only with the normalised output, which vla-bench does not use). Extra:
  *   scan: the maps (K^2 + K V per token) written once and read once for the outputs, and
  *     a_t [T, K] written and read once: 2 T (K^2 + K V) + 2 T K. The scan's own passes
@@ -184,7 +189,8 @@ static double head_floats(vla_mechanism m, vla_algorithm a, const bench_shape *s
     switch (m) {
     case VLA_MECH_SOFTMAX: break;
     case VLA_MECH_LINEAR: f += K * V + K; break;
-    case VLA_MECH_DELTA: f += K * V; break;
+    case VLA_MECH_DELTA:
+    case VLA_MECH_DELTA_PAPER: f += K * V; break; /* no beta or g: vla-bench passes none */
     case VLA_MECH_VLA: f += K * V + K * K; break;
     }
     if (m == VLA_MECH_VLA && a == VLA_ALGO_SCAN) f += 2 * T * (K * K + K * V) + 2 * T * K;
@@ -257,6 +263,12 @@ static double head_bwd_macs(vla_mechanism m, vla_algorithm a, const bench_shape 
         if (a == VLA_ALGO_SEQUENTIAL) return redo * 2 * K * V + 6 * T * K * V;
         if (a == VLA_ALGO_CHUNKED) return over_chunks(bwd_chunk_residual, s->T, C, K, V);
         return 0;
+    case VLA_MECH_DELTA_PAPER:
+        /* SEQUENTIAL (cpu_delta_paper.c), as delta's: a step forward, e = v - ST^T k, ST += k e^T
+         * 2 K V, for 2T - c_last tokens; the adjoint a token: dST += q dO^T, ST_t dO, dST^T k,
+         * dST e, ST_{t-1} de, dST -= k de^T  6 K V (the gate's dg = <dST, ST_{t-1}> by row adds
+         * K V with a gate; vla-bench passes none). */
+        return a == VLA_ALGO_SEQUENTIAL ? redo * 2 * K * V + 6 * T * K * V : 0;
     case VLA_MECH_VLA:
         /* SEQUENTIAL (cpu_grad_vla.c): a step forward, A part 3 K^2 + 2 K and S part 2 K V, for
          * 2T - c_last tokens; the adjoint a token: S part dST += q dnum^T, ST dnum, dST^T a, dST e,
@@ -273,6 +285,7 @@ static double head_bwd_macs(vla_mechanism m, vla_algorithm a, const bench_shape 
 
 int bench_bwd_defined(vla_mechanism m, vla_algorithm a) {
     if (m == VLA_MECH_SOFTMAX) return a == VLA_ALGO_FUSED;
+    if (m == VLA_MECH_DELTA_PAPER) return a == VLA_ALGO_SEQUENTIAL;
     return (m == VLA_MECH_LINEAR || m == VLA_MECH_DELTA || m == VLA_MECH_VLA) &&
            (a == VLA_ALGO_SEQUENTIAL || a == VLA_ALGO_CHUNKED);
 }
@@ -327,7 +340,7 @@ bench_target_count bench_count_target(vla_mechanism m, vla_algorithm a, double T
         r.bytes = io;
         r.formula = "2*T(T+1)/2*(K+V)  ; 4T(2K+2V)";
     } else if (m != VLA_MECH_VLA && a == VLA_ALGO_SEQUENTIAL) {
-        /* per token: linear S += k v^T, o = S^T q (2KV); delta also y = S^T k (3KV) */
+        /* per token: linear S += k v^T, o = S^T q (2KV); delta and delta-paper also y = S^T k (3KV) */
         r.flop = 2 * T * (m == VLA_MECH_LINEAR ? 2 : 3) * K * V;
         r.bytes = io + 4 * (K * V + (m == VLA_MECH_LINEAR ? K : 0));
         r.formula = m == VLA_MECH_LINEAR ? "2*T*2KV  ; 4T(2K+2V) + 4(KV+K)" : "2*T*3KV  ; 4T(2K+2V) + 4KV";
@@ -335,6 +348,8 @@ bench_target_count bench_count_target(vla_mechanism m, vla_algorithm a, double T
         r.flop = 2 * nc * (2 * C * K * V + C * C * (K + V));
         r.bytes = io + 4 * (K * V + K);
         r.formula = "2*n_c*(2CKV + C^2(K+V))  ; 4T(2K+2V) + 4(KV+K)";
+    } else if (m == VLA_MECH_DELTA_PAPER) {
+        r.formula = "(delta-paper: sequential only)"; /* no chunked form: nothing to count */
     } else if (m == VLA_MECH_DELTA) {
         r.flop = 2 * nc * cuda_s_part_macs(C, K, V);
         r.bytes = io + 4 * K * V;

@@ -47,7 +47,8 @@ double bench_bytes(vla_mechanism m, vla_algorithm a, const bench_shape *s);
 double bench_bwd_macs(vla_mechanism m, vla_algorithm a, const bench_shape *s);
 double bench_bwd_flops(vla_mechanism m, vla_algorithm a, const bench_shape *s);
 double bench_bwd_bytes(vla_mechanism m, vla_algorithm a, const bench_shape *s);
-/* 1 when the backward has (m, a): softmax fused; linear, delta and vla sequential and chunked. */
+/* 1 when the backward has (m, a): softmax fused; linear, delta and vla sequential and chunked;
+ * delta-paper sequential. */
 int bench_bwd_defined(vla_mechanism m, vla_algorithm a);
 
 /* The FLOP and byte count `vla-bench --targets` prints beside each row, with its formula (per

@@ -15,6 +15,7 @@
 #define SLOPE_T_MIN 1024.0    /* the slope is fitted over T >= this ... */
 #define SLOPE_MIN_POINTS 3    /* ... when there are this many such points */
 #define BENCH_MAX_SERIES 16
+#define VLA_N_BENCH_MECHS 5 /* softmax .. delta-paper: every vla_mechanism */
 
 typedef enum bench_format { OUT_MD, OUT_CSV, OUT_JSON } bench_format;
 
@@ -26,7 +27,7 @@ typedef struct int_list {
 typedef struct sweep_opts {
     const char *backend;
     int_list T, B, H, d;
-    int mech_on[4]; /* --mechanism filter */
+    int mech_on[VLA_N_BENCH_MECHS]; /* --mechanism filter */
     int algo_on[6]; /* --algo filter (softmax's fused always runs when softmax does) */
     int reps, warmup, threads, crossover;
     int backward;     /* --backward: each run also times forward + backward (the backward's series only) */

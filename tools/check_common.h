@@ -73,6 +73,8 @@ void desc_for(const check_case *c, vla_attn_desc *d);
 int has_S(const check_case *c);
 int has_A(const check_case *c);
 int has_n(const check_case *c);
+/* Length of g's row: 1 (delta's g [B,T,H]) or dv (delta-paper's g [B,T,H,dv]). */
+int gate_width(const check_case *c);
 /* Inputs of the case (and of its prefix), the prefix's states, and the forward reference. */
 void make_data(const check_case *c, case_data *cd);
 void free_data(case_data *cd);

@@ -17,7 +17,7 @@
  * Algorithms: the backward's own (auto, sequential, chunked; fused for softmax). Cases: edge
  * shapes (T = 1, dk = 1, dk = 256, dk != dv, T not a multiple of the chunk, B*H > 1), a piece
  * at t0 > 0 with states in (from a reference run of a prefix) and upstream dS_end, dA_end, dn_end,
- * only some outputs requested, beta and g (delta), u given, refresh points inside and at the
+ * only some outputs requested, beta and g (delta), the per-row gate g (delta-paper), u given, refresh points inside and at the
  * ends of chunks, normalised output, the paper preset (VLA), and T = 256, 1024 at d = 32. */
 #include "check_common.h"
 #include "ref64.h"
@@ -44,7 +44,7 @@ static check_case *add(check_case *cs, int *n, vla_mechanism m, vla_algorithm a,
     c->mech = m, c->algo = a;
     c->B = B, c->T = T, c->H = H, c->dk = dk, c->dv = dv, c->chunk = chunk;
     c->rho = 1e-3, c->lambda0 = 0.1, c->u_scale = 1.0;
-    c->fmap = m == VLA_MECH_LINEAR ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
+    c->fmap = m == VLA_MECH_LINEAR || m == VLA_MECH_DELTA_PAPER ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
     c->tol = TOL_GRAD;
     snprintf(c->name, sizeof c->name, "%s-%s-%s", vla_mechanism_name(m), vla_algorithm_name(a), tag);
     return c;
@@ -57,12 +57,12 @@ static void set_paper(check_case *c) {
 
 static int build_grad_cases(check_case *cs, uint64_t seed, int long_cases) {
     int n = 0;
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++) {
         const vla_mechanism mech = (vla_mechanism)m;
-        const int sm = mech == VLA_MECH_SOFTMAX;
+        const int sm = mech == VLA_MECH_SOFTMAX, dp = mech == VLA_MECH_DELTA_PAPER;
         const vla_algorithm algos_sm[] = {VLA_ALGO_AUTO, VLA_ALGO_FUSED};
         const vla_algorithm algos_st[] = {VLA_ALGO_AUTO, VLA_ALGO_SEQUENTIAL, VLA_ALGO_CHUNKED};
-        const int nalgo = sm ? 2 : 3;
+        const int nalgo = sm || dp ? 2 : 3; /* delta-paper: auto and sequential (its only algorithm) */
         for (int ai = 0; ai < nalgo; ai++) {
             const vla_algorithm algo = sm ? algos_sm[ai] : algos_st[ai];
             const int is_auto = algo == VLA_ALGO_AUTO;
@@ -74,10 +74,13 @@ static int build_grad_cases(check_case *cs, uint64_t seed, int long_cases) {
                  * about x / eps times larger (x is about dk): 1e-3 off at eps = 1e-4, 2e-5 at
                  * eps = 0.1. eps = 1 keeps the gradient well conditioned and the path the same. */
                 const double eps_lin = mech == VLA_MECH_LINEAR ? 1.0 : 0;
-                add(cs, &n, mech, algo, "t1", 1, 1, 1, 8, 8, 64)->eps = eps_lin;
+                /* delta-paper: its gate on some edges (has_g = dp), not on others. */
+                c = add(cs, &n, mech, algo, "t1", 1, 1, 1, 8, 8, 64);
+                c->eps = eps_lin, c->has_g = dp;
                 add(cs, &n, mech, algo, "tail37c16", 1, 37, 1, 8, 8, 16); /* T not a multiple of the chunk */
-                add(cs, &n, mech, algo, "dk1", 1, 20, 1, 1, 3, 8)->eps = eps_lin;
-                add(cs, &n, mech, algo, "dk256", 1, 9, 1, 256, 16, 4); /* the largest dk; 9 = 2 chunks + 1 */
+                c = add(cs, &n, mech, algo, "dk1", 1, 20, 1, 1, 3, 8);
+                c->eps = eps_lin, c->has_g = dp;
+                add(cs, &n, mech, algo, "dk256", 1, 9, 1, 256, 16, 4)->has_g = dp; /* the largest dk; 9 = 2 chunks + 1 */
             }
             c = add(cs, &n, mech, algo, "dk16dv24", 1, 40, 2, 16, 24, 16);
             c->upstream = !sm;
@@ -93,6 +96,7 @@ static int build_grad_cases(check_case *cs, uint64_t seed, int long_cases) {
                 c->prefix = 11, c->t0 = 17, c->upstream = 1;
                 if (mech == VLA_MECH_DELTA) c->has_beta = c->has_g = 1;
                 if (mech == VLA_MECH_VLA) c->refresh = 7, c->rho = 0.1, c->has_u = 1;
+                c->has_g |= dp;
                 add(cs, &n, mech, algo, "upstream", 1, 24, 2, 8, 6, 8)->upstream = 1;
                 c = add(cs, &n, mech, algo, "some-outputs", 1, 20, 1, 8, 8, 8);
                 c->partial = 1, c->upstream = 1;
@@ -102,6 +106,19 @@ static int build_grad_cases(check_case *cs, uint64_t seed, int long_cases) {
                 c->has_beta = c->has_g = 1;
                 c = add(cs, &n, mech, algo, "elu1-beta", 1, 25, 1, 8, 8, 8);
                 c->fmap = VLA_FMAP_ELU1, c->has_beta = 1;
+            }
+            if (dp) {
+                /* The gate per value row; no feature map; dv = 256 with dk = 1 and the other way
+                 * round; the trainer's shape (B = 64, H = 4, T = 73, d = 32). */
+                add(cs, &n, mech, algo, "g", 1, 30, 2, 8, 8, 8)->has_g = 1;
+                c = add(cs, &n, mech, algo, "phi-none-g", 1, 25, 1, 8, 6, 8);
+                c->fmap = VLA_FMAP_NONE, c->has_g = 1, c->upstream = 1;
+                c = add(cs, &n, mech, algo, "dk1dv256-g", 1, 11, 1, 1, 256, 4);
+                c->has_g = 1, c->upstream = 1;
+                c = add(cs, &n, mech, algo, "dk256dv1-g", 1, 11, 1, 256, 1, 4);
+                c->has_g = 1, c->upstream = 1;
+                c = add(cs, &n, mech, algo, "train-shape-g", 64, 73, 4, 32, 32, 64);
+                c->has_g = 1;
             }
             if (mech == VLA_MECH_VLA) {
                 c = add(cs, &n, mech, algo, "u-su0.5", 1, 30, 2, 8, 8, 8);
@@ -124,9 +141,9 @@ static int build_grad_cases(check_case *cs, uint64_t seed, int long_cases) {
             }
             /* Longer sequences at d = 32: the precision bound. */
             c = add(cs, &n, mech, algo, "T256d32", 1, 256, 1, 32, 32, 64);
-            c->upstream = !sm;
+            c->upstream = !sm, c->has_g = dp;
             c = add(cs, &n, mech, algo, "T1024d32", 1, 1024, 1, 32, 32, 64);
-            c->upstream = !sm;
+            c->upstream = !sm, c->has_g = dp;
             if (mech == VLA_MECH_VLA) {
                 c = add(cs, &n, mech, algo, "T1024d32-paper", 1, 1024, 1, 32, 32, 64);
                 set_paper(c);
@@ -189,7 +206,7 @@ static void make_grad_data(const check_case *c, const case_data *cd, grad_data *
     const int B = c->B, T = c->T, H = c->H, dk = c->dk, dv = c->dv;
     const size_t nqk = (size_t)B * T * H * dk, nvo = (size_t)B * T * H * dv, nbt = (size_t)B * T * H;
     const size_t nS = (size_t)B * H * dk * dv, nA = (size_t)B * H * dk * dk, nn = (size_t)B * H * dk;
-    const size_t sizes[N_GRADS] = {nqk, nqk, nvo, nqk, nbt, nbt, nS, nA, nn};
+    const size_t sizes[N_GRADS] = {nqk, nqk, nvo, nqk, nbt, nbt * gate_width(c), nS, nA, nn};
     memcpy(gd->size, sizes, sizeof sizes);
     rng r = {c->seed ^ 0xbb67ae8584caa73bull};
     gd->dO = rand_tensor(&r, nvo, 0, 0, 1);
@@ -251,14 +268,14 @@ static void run_grad_case(const check_case *c, const case_data *cd, const grad_d
     r->tol = tolerance(c, be);
     for (int i = 0; i < N_GRADS; i++) r->err[i] = -1;
     const int B = c->B, T = c->T, H = c->H, dk = c->dk, dv = c->dv;
-    const size_t nqk = gd->size[G_Q], nvo = gd->size[G_V], nbt = gd->size[G_BETA];
+    const size_t nqk = gd->size[G_Q], nvo = gd->size[G_V], nbt = gd->size[G_BETA], ng = gd->size[G_G];
     const size_t nS = gd->size[G_S0], nA = gd->size[G_A0], nn = gd->size[G_N0];
     vla_attn_desc d;
     desc_for(c, &d);
 
     /* Inputs: the forward's (its initial states where the case has them) and the upstream. */
     vla_buffer *bq = input(be, cd->q, nqk), *bk = input(be, cd->k, nqk), *bv = input(be, cd->v, nvo);
-    vla_buffer *bu = input(be, cd->u, nqk), *bb = input(be, cd->beta, nbt), *bg = input(be, cd->g, nbt);
+    vla_buffer *bu = input(be, cd->u, nqk), *bb = input(be, cd->beta, nbt), *bg = input(be, cd->g, ng);
     vla_buffer *S_in = input(be, cd->S0, nS), *A_in = input(be, cd->A0, nA), *n_in = input(be, cd->n0, nn);
     vla_buffer *bdO = input(be, gd->dO, nvo), *bdS = input(be, gd->dS_end, nS), *bdA = input(be, gd->dA_end, nA);
     vla_buffer *bdn = input(be, gd->dn_end, nn);
@@ -305,7 +322,7 @@ static void run_grad_case(const check_case *c, const case_data *cd, const grad_d
         free(x);
         const int input_changed =
             !unchanged(bq, cd->q, nqk) || !unchanged(bk, cd->k, nqk) || !unchanged(bv, cd->v, nvo) ||
-            !unchanged(bu, cd->u, nqk) || !unchanged(bb, cd->beta, nbt) || !unchanged(bg, cd->g, nbt) ||
+            !unchanged(bu, cd->u, nqk) || !unchanged(bb, cd->beta, nbt) || !unchanged(bg, cd->g, ng) ||
             !unchanged(S_in, cd->S0, nS) || !unchanged(A_in, cd->A0, nA) || !unchanged(n_in, cd->n0, nn) ||
             !unchanged(bdO, gd->dO, nvo) || !unchanged(bdS, gd->dS_end, nS) || !unchanged(bdA, gd->dA_end, nA) ||
             !unchanged(bdn, gd->dn_end, nn);

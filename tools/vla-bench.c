@@ -63,7 +63,7 @@ static void usage(FILE *f) {
             "  -B LIST             batch sizes                                   default: 1\n"
             "  -H LIST             heads                                         default: 4\n"
             "  -d LIST             head dimension, dk = dv                       default: 32\n"
-            "  --mechanism LIST    softmax,linear,delta,vla                      default: all\n"
+            "  --mechanism LIST    softmax,linear,delta,vla,delta-paper          default: all\n"
             "  --algo LIST         sequential,scan,chunked,two-level,fused (each only where defined;\n"
             "                      softmax always runs its fused one)            default: all\n"
             "  -r N                timed repetitions per point                   default: 10\n"
@@ -162,7 +162,7 @@ static int parse_name_list(const char *flag, const char *s, int *on, int n_on, i
         }
         if (idx < 0) {
             bench_fail(BENCH_EXIT_USAGE, "%s: unknown %s '%s' (one of: %s)", flag, is_algo ? "algorithm" : "mechanism", item,
-                 is_algo ? "sequential, scan, chunked, two-level, fused" : "softmax, linear, delta, vla");
+                 is_algo ? "sequential, scan, chunked, two-level, fused" : "softmax, linear, delta, vla, delta-paper");
             return -1;
         }
         on[idx] = 1;
@@ -181,7 +181,7 @@ static int parse_args(int argc, char **argv, sweep_opts *o) {
     o->budget = 120;
     o->seed = 42;
     o->out = OUT_MD;
-    for (int i = 0; i < 4; i++) o->mech_on[i] = 1;
+    for (int i = 0; i < VLA_N_BENCH_MECHS; i++) o->mech_on[i] = 1;
     for (int i = 1; i < 6; i++) o->algo_on[i] = 1;
 
     for (int i = 1; i < argc; i++) {
@@ -218,7 +218,7 @@ static int parse_args(int argc, char **argv, sweep_opts *o) {
         } else if (!strcmp(f, "-d")) {
             if (parse_int_list("-d", v, 256, &o->d)) return BENCH_EXIT_USAGE;
         } else if (!strcmp(f, "--mechanism")) {
-            if (parse_name_list("--mechanism", v, o->mech_on, 4, 0)) return BENCH_EXIT_USAGE;
+            if (parse_name_list("--mechanism", v, o->mech_on, VLA_N_BENCH_MECHS, 0)) return BENCH_EXIT_USAGE;
         } else if (!strcmp(f, "--algo")) {
             if (parse_name_list("--algo", v, o->algo_on, 6, 1)) return BENCH_EXIT_USAGE;
         } else if (!strcmp(f, "-r")) {
@@ -284,7 +284,7 @@ int main(int argc, char **argv) {
     }
 
     /* Series: every mechanism, every algorithm VLA-MATH defines for it, in enum order. */
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < VLA_N_BENCH_MECHS; m++) {
         if (!x.o.mech_on[m]) continue;
         for (int a = VLA_ALGO_SEQUENTIAL; a <= VLA_ALGO_FUSED; a++) {
             if (!vla_algorithm_defined((vla_mechanism)m, (vla_algorithm)a)) continue;

@@ -82,7 +82,7 @@ static void case_defaults(check_case *c, vla_mechanism m, vla_algorithm a) {
     c->rho = 1e-3;
     c->lambda0 = 0.1;
     c->u_scale = 1.0;
-    c->fmap = m == VLA_MECH_LINEAR ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
+    c->fmap = m == VLA_MECH_LINEAR || m == VLA_MECH_DELTA_PAPER ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
     c->tol = TOL;
 }
 
@@ -114,8 +114,9 @@ static const edge_shape edges[] = {
 static int build_cases(check_case *cases, uint64_t seed) {
     int n = 0;
     rng r = {seed * 0x2545F4914F6CDD1Dull + 1};
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m <= VLA_MECH_DELTA_PAPER; m++) {
         const vla_mechanism mech = (vla_mechanism)m;
+        const int paper_delta = mech == VLA_MECH_DELTA_PAPER;
         for (int ai = 0; ai < N_ALGOS; ai++) {
             const vla_algorithm algo = all_algos[ai];
             if (!vla_algorithm_defined(mech, algo)) continue;
@@ -126,6 +127,9 @@ static int build_cases(check_case *cases, uint64_t seed) {
                 case_defaults(c, mech, algo);
                 c->B = edges[e].B, c->T = edges[e].T, c->H = edges[e].H, c->dk = edges[e].dk, c->dv = edges[e].dv;
                 c->chunk = edges[e].chunk;
+                /* delta-paper: with and without its gate, and phi = none on some. */
+                c->has_g = paper_delta && e % 2 == 0;
+                if (paper_delta && e % 3 == 1) c->fmap = VLA_FMAP_NONE;
                 name_case(c, edges[e].tag);
             }
             if (algo == VLA_ALGO_AUTO) continue;
@@ -147,6 +151,10 @@ static int build_cases(check_case *cases, uint64_t seed) {
                 if (mech == VLA_MECH_DELTA) {
                     c->has_beta = irange(&r, 0, 1), c->has_g = irange(&r, 0, 1);
                     c->fmap = irange(&r, 0, 3) == 0 ? VLA_FMAP_ELU1 : VLA_FMAP_NONE;
+                }
+                if (paper_delta) {
+                    c->has_g = irange(&r, 0, 1);
+                    c->fmap = irange(&r, 0, 3) == 0 ? VLA_FMAP_NONE : VLA_FMAP_ELU1;
                 }
                 if (mech == VLA_MECH_VLA) {
                     c->refresh = irange(&r, 0, 1) ? irange(&r, 2, 25) : 0;
@@ -171,6 +179,7 @@ static int build_cases(check_case *cases, uint64_t seed) {
                 c->B = 1, c->T = 50, c->H = 2, c->dk = 12, c->dv = 10, c->chunk = 8, c->split = 23, c->t0 = 5;
                 if (mech == VLA_MECH_DELTA) c->has_beta = c->has_g = 1;
                 if (mech == VLA_MECH_VLA) c->refresh = 7, c->rho = 0.1, c->fmap = VLA_FMAP_ELU1, c->normalize = 1;
+                c->has_g |= paper_delta;
                 name_case(c, "stream");
             }
             {
@@ -186,7 +195,20 @@ static int build_cases(check_case *cases, uint64_t seed) {
                 case_defaults(c, mech, algo);
                 c->B = 1, c->T = 300, c->H = 1, c->dk = 20, c->dv = 40, c->chunk = 4;
                 if (mech == VLA_MECH_DELTA) c->has_beta = 1;
+                c->has_g = paper_delta;
                 name_case(c, "many-chunks");
+            }
+            if (paper_delta) {
+                /* The trainer's shape (B = 64, H = 4, T = 73, d = 32), gate given; and no gate with
+                 * dk = 1 against dv = 256 (the one-wide key the dk = 1 edge has only with dv = 1). */
+                check_case *c = &cases[n++];
+                case_defaults(c, mech, algo);
+                c->B = 64, c->T = 73, c->H = 4, c->dk = 32, c->dv = 32, c->has_g = 1;
+                name_case(c, "train-shape");
+                c = &cases[n++];
+                case_defaults(c, mech, algo);
+                c->B = 1, c->T = 17, c->H = 2, c->dk = 1, c->dv = 256, c->prefix = 5, c->t0 = 9;
+                name_case(c, "dk1dv256");
             }
             if (mech != VLA_MECH_VLA) continue;
             /* The paper preset, u given. */
@@ -256,6 +278,7 @@ void desc_for(const check_case *c, vla_attn_desc *d) {
 int has_S(const check_case *c) { return c->mech != VLA_MECH_SOFTMAX; }
 int has_A(const check_case *c) { return c->mech == VLA_MECH_VLA; }
 int has_n(const check_case *c) { return c->mech == VLA_MECH_LINEAR || (c->mech == VLA_MECH_VLA && c->normalize); }
+int gate_width(const check_case *c) { return c->mech == VLA_MECH_DELTA_PAPER ? c->dv : 1; }
 
 static float *to_float(const double *x, size_t n) {
     float *y = xmalloc(n * sizeof *y);
@@ -267,14 +290,14 @@ static float *to_float(const double *x, size_t n) {
 void make_data(const check_case *c, case_data *cd) {
     memset(cd, 0, sizeof *cd);
     rng r = {c->seed};
-    const int B = c->B, H = c->H, dk = c->dk, dv = c->dv, P = c->prefix;
+    const int B = c->B, H = c->H, dk = c->dk, dv = c->dv, P = c->prefix, gw = gate_width(c);
     const int Tall = P + c->T;
     cd->Tall = Tall;
     const size_t nk = (size_t)B * Tall * H * dk, nv = (size_t)B * Tall * H * dv, nb = (size_t)B * Tall * H;
     float *q = rand_tensor(&r, nk, 0, 0, 1), *k = rand_tensor(&r, nk, 0, 0, 1), *v = rand_tensor(&r, nv, 0, 0, 1);
     float *u = c->has_u ? rand_tensor(&r, nk, 0, 0, 1) : NULL;
     float *beta = c->has_beta ? rand_tensor(&r, nb, 0.1, 1.0, 0) : NULL;
-    float *g = c->has_g ? rand_tensor(&r, nb, 0.5, 1.0, 0) : NULL;
+    float *g = c->has_g ? rand_tensor(&r, nb * gw, 0.5, 1.0, 0) : NULL;
     vla_attn_desc d;
     desc_for(c, &d);
     if (P > 0) {
@@ -283,7 +306,8 @@ void make_data(const check_case *c, case_data *cd) {
         double *n = xmalloc(sizeof(double) * B * H * dk);
         float *pq = xmalloc(sizeof(float) * B * P * H * dk), *pk = xmalloc(sizeof(float) * B * P * H * dk);
         float *pv = xmalloc(sizeof(float) * B * P * H * dv), *pu = u ? xmalloc(sizeof(float) * B * P * H * dk) : NULL;
-        float *pb = beta ? xmalloc(sizeof(float) * B * P * H) : NULL, *pg = g ? xmalloc(sizeof(float) * B * P * H) : NULL;
+        float *pb = beta ? xmalloc(sizeof(float) * B * P * H) : NULL;
+        float *pg = g ? xmalloc(sizeof(float) * B * P * H * gw) : NULL;
         for (int b = 0; b < B; b++) {
             const size_t src = (size_t)b * Tall * H, dst = (size_t)b * P * H, cnt = (size_t)P * H;
             memcpy(pq + dst * dk, q + src * dk, cnt * dk * sizeof(float));
@@ -291,7 +315,7 @@ void make_data(const check_case *c, case_data *cd) {
             memcpy(pv + dst * dv, v + src * dv, cnt * dv * sizeof(float));
             if (u) memcpy(pu + dst * dk, u + src * dk, cnt * dk * sizeof(float));
             if (beta) memcpy(pb + dst, beta + src, cnt * sizeof(float));
-            if (g) memcpy(pg + dst, g + src, cnt * sizeof(float));
+            if (g) memcpy(pg + dst * gw, g + src * gw, cnt * gw * sizeof(float));
         }
         ref64_forward(&d, B, P, H, dk, dv, c->t0 - P, pq, pk, pv, pu, pb, pg, NULL, NULL, NULL, NULL, S, A, n);
         cd->S0 = to_float(S, (size_t)B * H * dk * dv);
@@ -305,7 +329,7 @@ void make_data(const check_case *c, case_data *cd) {
     cd->v = xmalloc(sizeof(float) * B * T * H * dv);
     if (u) cd->u = xmalloc(sizeof(float) * B * T * H * dk);
     if (beta) cd->beta = xmalloc(sizeof(float) * B * T * H);
-    if (g) cd->g = xmalloc(sizeof(float) * B * T * H);
+    if (g) cd->g = xmalloc(sizeof(float) * B * T * H * gw);
     for (int b = 0; b < B; b++) {
         const size_t src = ((size_t)b * Tall + P) * H, dst = (size_t)b * T * H, cnt = (size_t)T * H;
         memcpy(cd->q + dst * dk, q + src * dk, cnt * dk * sizeof(float));
@@ -313,7 +337,7 @@ void make_data(const check_case *c, case_data *cd) {
         memcpy(cd->v + dst * dv, v + src * dv, cnt * dv * sizeof(float));
         if (u) memcpy(cd->u + dst * dk, u + src * dk, cnt * dk * sizeof(float));
         if (beta) memcpy(cd->beta + dst, beta + src, cnt * sizeof(float));
-        if (g) memcpy(cd->g + dst, g + src, cnt * sizeof(float));
+        if (g) memcpy(cd->g + dst * gw, g + src * gw, cnt * gw * sizeof(float));
     }
     free(q), free(k), free(v), free(u), free(beta), free(g);
     cd->o = xmalloc(sizeof(double) * B * T * H * dv);
@@ -430,7 +454,7 @@ static void run_case(const check_case *c, const case_data *cd, vla_backend *be, 
     memset(r, 0, sizeof *r);
     r->tol = tolerance(c, be);
     r->err_o = r->err_S = r->err_A = r->err_n = -1;
-    const int B = c->B, T = c->T, H = c->H, dk = c->dk, dv = c->dv;
+    const int B = c->B, T = c->T, H = c->H, dk = c->dk, dv = c->dv, gw = gate_width(c);
     const size_t nS = (size_t)B * H * dk * dv, nA = (size_t)B * H * dk * dk, nn = (size_t)B * H * dk;
     vla_attn_desc d;
     desc_for(c, &d);
@@ -450,11 +474,12 @@ static void run_case(const check_case *c, const case_data *cd, vla_backend *be, 
         const int t0 = cut[p], t1 = cut[p + 1], Tp = t1 - t0;
         float *q = slice(cd->q, B, T, H, dk, t0, t1), *k = slice(cd->k, B, T, H, dk, t0, t1);
         float *v = slice(cd->v, B, T, H, dv, t0, t1), *u = slice(cd->u, B, T, H, dk, t0, t1);
-        float *beta = slice(cd->beta, B, T, H, 1, t0, t1), *g = slice(cd->g, B, T, H, 1, t0, t1);
+        float *beta = slice(cd->beta, B, T, H, 1, t0, t1), *g = slice(cd->g, B, T, H, gw, t0, t1);
         const size_t nk = (size_t)B * Tp * H * dk, nv = (size_t)B * Tp * H * dv, nb1 = (size_t)B * Tp * H;
+        const size_t ng = nb1 * gw;
         vla_attn_args a = {.B = B, .T = Tp, .H = H, .dk = dk, .dv = dv, .t0 = c->t0 + t0};
         vla_buffer *bq = input(be, q, nk), *bk = input(be, k, nk), *bv = input(be, v, nv), *bu = input(be, u, nk);
-        vla_buffer *bb = input(be, beta, nb1), *bg = input(be, g, nb1);
+        vla_buffer *bb = input(be, beta, nb1), *bg = input(be, g, ng);
         vla_buffer *bo = guarded(be, nv * 4, NULL);
         if (!bq || !bk || !bv || !bo || (u && !bu) || (beta && !bb) || (g && !bg)) {
             st = VLA_ERR_OUT_OF_MEMORY;
@@ -472,7 +497,7 @@ static void run_case(const check_case *c, const case_data *cd, vla_backend *be, 
                            sizeof(float) * (size_t)Tp * H * dv);
                 free(op);
                 input_changed |= !unchanged(bq, q, nk) || !unchanged(bk, k, nk) || !unchanged(bv, v, nv) ||
-                                 !unchanged(bu, u, nk) || !unchanged(bb, beta, nb1) || !unchanged(bg, g, nb1);
+                                 !unchanged(bu, u, nk) || !unchanged(bb, beta, nb1) || !unchanged(bg, g, ng);
             }
         }
         vla_buffer_free(bq), vla_buffer_free(bk), vla_buffer_free(bv), vla_buffer_free(bu), vla_buffer_free(bb);
@@ -548,6 +573,7 @@ void describe_case(const check_case *c, char *out, size_t n) {
     if (c->split) len += snprintf(out + len, n - len, " stream(split %d, in place)", c->split);
     if (c->mech == VLA_MECH_SOFTMAX && c->scale) len += snprintf(out + len, n - len, " scale=%g", c->scale);
     if (c->mech == VLA_MECH_DELTA) len += snprintf(out + len, n - len, "%s%s", c->has_beta ? " beta" : "", c->has_g ? " g" : "");
+    if (c->mech == VLA_MECH_DELTA_PAPER) len += snprintf(out + len, n - len, "%s", c->has_g ? " g[dv]" : " no-g");
     if (c->mech != VLA_MECH_SOFTMAX) len += snprintf(out + len, n - len, " phi=%s", vla_feature_map_name(c->fmap));
     if (c->mech == VLA_MECH_VLA) {
         len += snprintf(out + len, n - len, " lambda0=%g R=%d rho=%g s_u=%s%s%s", c->lambda0, c->refresh, c->rho,
@@ -587,6 +613,7 @@ static int gen_npy(const char *dir, const char *shape, uint64_t seed) {
         {"q", nk, 4, {B, T, H, dk}, 0, 0, 1},       {"k", nk, 4, {B, T, H, dk}, 0, 0, 1},
         {"v", nv, 4, {B, T, H, dv}, 0, 0, 1},       {"u", nk, 4, {B, T, H, dk}, 0, 0, 1},
         {"beta", nb, 3, {B, T, H, 0}, 0.1, 1.0, 0}, {"g", nb, 3, {B, T, H, 0}, 0.5, 1.0, 0},
+        {"g_rows", nv, 4, {B, T, H, dv}, 0.5, 1.0, 0}, /* delta-paper's gate, one per value row */
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         float *x = rand_tensor(&r, f[i].n, f[i].lo, f[i].hi, f[i].gaussian);
@@ -615,14 +642,15 @@ static void usage(FILE *f) {
             "  --long              with --grad: add the T = 32768, d = 32 cases (slow; not for CI)\n"
             "  --backend NAME      only devices whose name is NAME or starts with NAME: (cpu, opencl,\n"
             "                      opencl:0:0, cuda, ...) (default: every device vla_list_devices gives)\n"
-            "  --mechanism M       only softmax|linear|delta|vla (default: all)\n"
+            "  --mechanism M       only softmax|linear|delta|vla|delta-paper (default: all)\n"
             "  --algo A[,A...]     only auto|sequential|scan|chunked|two-level|fused (default: all)\n"
             "  --case TEXT         only cases whose name contains TEXT\n"
             "  --seed N            seed of the random cases and inputs (default: 1)\n"
             "  --list              print the cases and exit without running them\n"
             "  --hash              add a column with a 64-bit hash of each case's outputs and final\n"
             "                      states, or gradients with --grad (to compare two builds bit for bit)\n"
-            "  --gen-npy DIR       write random q,k,v,u,beta,g .npy inputs into DIR and exit\n"
+            "  --gen-npy DIR       write random q,k,v,u,beta,g .npy inputs (and g_rows [B,T,H,dv],\n"
+            "                      delta-paper's gate) into DIR and exit\n"
             "  --shape B,T,H,dk,dv shape for --gen-npy (default: 2,45,3,16,24)\n"
             "  --help              print this help and exit\n\n"
             "Exit status: 0 all passed, 1 a case failed, 2 bad command line, 77 no device matches\n"

@@ -2,8 +2,9 @@
  *
  *   vla-run --mechanism vla --q q.npy --k k.npy --v v.npy --o o.npy [options]
  *
- * Inputs are float32 or float64 .npy files: q, k, u [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H];
- * states S [B,H,dk,dv], A [B,H,dk,dk], n [B,H,dk]. Outputs are float32 .npy files.
+ * Inputs are float32 or float64 .npy files: q, k, u [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H]
+ * (delta-paper's gate g [B,T,H,dv]); states S [B,H,dk,dv], A [B,H,dk,dk], n [B,H,dk]. Outputs are
+ * float32 .npy files.
  *
  * With --grad-o (the loss's gradient with respect to o) the backward op runs after the forward
  * (vla_attention_backward, docs/VLA-MATH.md section 5) and writes the gradients asked for with
@@ -86,7 +87,8 @@ typedef struct flag {
 #define OFF(f) offsetof(opts, f)
 static const flag flags[] = {
     {"--backend", K_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
-    {"--mechanism", K_STR, OFF(mechanism), "M", "none; vla with --preset", "softmax|linear|delta|vla, required without --preset"},
+    {"--mechanism", K_STR, OFF(mechanism), "M", "none; vla with --preset",
+     "softmax|linear|delta|vla|delta-paper, required without --preset"},
     {"--algo", K_STR, OFF(algo), "A", "auto", "auto|sequential|scan|chunked|two-level|fused"},
     {"--preset", K_STR, OFF(preset), "P", "none", "paper: the paper's VLA settings; explicit flags override it"},
     {"--q", K_STR, OFF(q), "FILE", "required", "queries [B,T,H,dk]"},
@@ -94,7 +96,7 @@ static const flag flags[] = {
     {"--v", K_STR, OFF(v), "FILE", "required", "values [B,T,H,dv]"},
     {"--u", K_STR, OFF(u), "FILE", "u = s_u * normalize(k)", "vla penalty vectors [B,T,H,dk]"},
     {"--beta", K_STR, OFF(beta), "FILE", "1", "delta write strength [B,T,H], in (0,1]"},
-    {"--g", K_STR, OFF(g), "FILE", "1", "delta decay [B,T,H], in (0,1]"},
+    {"--g", K_STR, OFF(g), "FILE", "1", "delta decay [B,T,H]; delta-paper gate per value row [B,T,H,dv]; in (0,1]"},
     {"--o", K_STR, OFF(o), "FILE", "required", "output [B,T,H,dv], float32"},
     {"--state-in", K_STR, OFF(S_in), "FILE", "S = 0", "initial state S [B,H,dk,dv]"},
     {"--state-out", K_STR, OFF(S_out), "FILE", "not written", "final state S [B,H,dk,dv]"},
@@ -111,7 +113,7 @@ static const flag flags[] = {
     {"--grad-v", K_STR, OFF(dv), "FILE", "not written", "backward: dL/dv [B,T,H,dv]"},
     {"--grad-u", K_STR, OFF(du), "FILE", "not written", "backward: dL/du [B,T,H,dk] (needs --u)"},
     {"--grad-beta", K_STR, OFF(dbeta), "FILE", "not written", "backward: dL/dbeta [B,T,H] (needs --beta)"},
-    {"--grad-g", K_STR, OFF(dg), "FILE", "not written", "backward: dL/dg [B,T,H] (needs --g)"},
+    {"--grad-g", K_STR, OFF(dg), "FILE", "not written", "backward: dL/dg [B,T,H] (delta-paper [B,T,H,dv]; needs --g)"},
     {"--grad-state-in", K_STR, OFF(dS_0), "FILE", "not written", "backward: dL/dS of the initial state [B,H,dk,dv]"},
     {"--grad-a-state-in", K_STR, OFF(dA_0), "FILE", "not written",
      "backward: dL/dA of the initial A [B,H,dk,dk] (symmetric part)"},
@@ -124,7 +126,8 @@ static const flag flags[] = {
     {"--refresh", K_INT, OFF(refresh), "R", "0 (never)", "vla: refresh period"},
     {"--refresh-size", K_DBL, OFF(refresh_size), "RHO", "1e-3", "vla: refresh size"},
     {"--u-scale", K_DBL, OFF(u_scale), "S", "1", "vla: scale s_u of u; 0 = 1/sqrt(dk)"},
-    {"--feature-map", K_STR, OFF(feature_map), "F", "elu1 for linear, else none", "none|elu1"},
+    {"--feature-map", K_STR, OFF(feature_map), "F", "elu1 for linear and delta-paper, else none",
+     "none|elu1 (delta-paper: on q only)"},
     {"--normalize-output", K_BOOL, OFF(normalize_output), NULL, "off", "vla: o = S q~ / max(q~ . n, eps)"},
     {"--no-normalize-output", K_BOOL, OFF(no_normalize_output), NULL, "", "vla: unnormalised output (over a preset)"},
     {"--scale", K_DBL, OFF(scale), "X", "0 = 1/sqrt(dk)", "softmax logit scale"},
@@ -217,7 +220,7 @@ static int is_set(const opts *o, size_t off) {
 /* Flags that must be present, and pairs that cannot be. */
 static int check_required(const opts *o) {
     if (!o->mechanism && !o->preset)
-        return fail(EXIT_USAGE, "--mechanism", "required (softmax|linear|delta|vla; see --help)");
+        return fail(EXIT_USAGE, "--mechanism", "required (softmax|linear|delta|vla|delta-paper; see --help)");
     const char *names[] = {"--q", "--k", "--v", "--o"};
     const char *vals[] = {o->q, o->k, o->v, o->o};
     for (int i = 0; i < 4; i++)
@@ -389,7 +392,8 @@ static void expect_all(run *r) {
     set_expect(&r->t[T_V], 4, B, T, H, dv);
     set_expect(&r->t[T_U], 4, B, T, H, dk);
     set_expect(&r->t[T_BETA], 3, B, T, H, 0);
-    set_expect(&r->t[T_G], 3, B, T, H, 0);
+    if (r->d.mechanism == VLA_MECH_DELTA_PAPER) set_expect(&r->t[T_G], 4, B, T, H, dv); /* a gate per value row */
+    else set_expect(&r->t[T_G], 3, B, T, H, 0);
     set_expect(&r->t[T_S_IN], 4, B, H, dk, dv);
     set_expect(&r->t[T_A_IN], 4, B, H, dk, dk);
     set_expect(&r->t[T_N_IN], 3, B, H, dk, 0);
@@ -427,7 +431,8 @@ static int load_inputs(run *r) {
             expect_all(r);
         }
         if (order[j] != T_Q) {
-            int rc = check_shape(t, why[order[j]]);
+            const int row_gate = order[j] == T_G && r->d.mechanism == VLA_MECH_DELTA_PAPER;
+            int rc = check_shape(t, row_gate ? "delta-paper's gate is [B,T,H,dv]" : why[order[j]]);
             if (rc) return rc;
         }
     }

@@ -87,6 +87,7 @@ static vla_status cpu_resolve(vla_backend *b, const vla_attn_desc *d, const vla_
     case VLA_MECH_LINEAR:
     case VLA_MECH_DELTA: *out = long_piece && a->dk >= 64 ? VLA_ALGO_CHUNKED : VLA_ALGO_SEQUENTIAL; break;
     case VLA_MECH_VLA: *out = long_piece ? VLA_ALGO_CHUNKED : VLA_ALGO_SEQUENTIAL; break;
+    case VLA_MECH_DELTA_PAPER: *out = VLA_ALGO_SEQUENTIAL; break; /* its only algorithm */
     }
     return VLA_OK;
 }
@@ -104,6 +105,7 @@ static const kernel_entry kernels[] = {
     {VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, cpu_linear_chunked, cpu_linear_chunked_work},
     {VLA_MECH_DELTA, VLA_ALGO_SEQUENTIAL, cpu_delta_sequential, cpu_delta_sequential_work},
     {VLA_MECH_DELTA, VLA_ALGO_CHUNKED, cpu_delta_chunked, cpu_delta_chunked_work},
+    {VLA_MECH_DELTA_PAPER, VLA_ALGO_SEQUENTIAL, cpu_delta_paper_sequential, cpu_delta_paper_sequential_work},
     {VLA_MECH_VLA, VLA_ALGO_SEQUENTIAL, cpu_vla_sequential, cpu_vla_sequential_work},
     {VLA_MECH_VLA, VLA_ALGO_SCAN, cpu_vla_scan, cpu_vla_scan_work},
     {VLA_MECH_VLA, VLA_ALGO_CHUNKED, cpu_vla_chunked, cpu_vla_chunked_work},
@@ -140,14 +142,15 @@ typedef struct head_layout {
     size_t q, kf, kh, u, v, beta, g, o, ST, A, n, work, total;
 } head_layout;
 
-static head_layout layout(const vla_attn_args *a, size_t work) {
+/* gate_width: g's row length (1; delta-paper dv). */
+static head_layout layout(const vla_attn_args *a, size_t gate_width, size_t work) {
     head_layout L;
     const size_t T = (size_t)a->T, dk = (size_t)a->dk, dv = (size_t)a->dv;
     size_t off = 0;
 #define TAKE(field, n)             \
     L.field = off;                 \
     off += ((n) + 15) / 16 * 16; /* keep every array 64-byte aligned */
-    TAKE(q, T * dk) TAKE(kf, T * dk) TAKE(kh, T * dk) TAKE(u, T * dk) TAKE(v, T * dv) TAKE(beta, T) TAKE(g, T)
+    TAKE(q, T * dk) TAKE(kf, T * dk) TAKE(kh, T * dk) TAKE(u, T * dk) TAKE(v, T * dv) TAKE(beta, T) TAKE(g, T * gate_width)
     TAKE(o, T * dv) TAKE(ST, dk * dv) TAKE(A, dk * dk) TAKE(n, dk) TAKE(work, work)
 #undef TAKE
     L.total = off;
@@ -162,14 +165,15 @@ static void run_head(const vla_attn_desc *d, const vla_attn_args *a, const kerne
     const int T = a->T, dk = a->dk, dv = a->dv;
     const size_t bh = (size_t)b * a->H + hh;
     const int vla = d->mechanism == VLA_MECH_VLA, delta = d->mechanism == VLA_MECH_DELTA;
+    const int paper_delta = d->mechanism == VLA_MECH_DELTA_PAPER; /* phi on q only; g [T, dv] */
     cpu_head h = {.T = T, .dk = dk, .dv = dv, .t0 = a->t0};
     float *q = mem + L->q, *kf = mem + L->kf, *kh = mem + L->kh, *u = mem + L->u, *v = mem + L->v;
     float *beta = mem + L->beta, *g = mem + L->g;
 
     gather(host(a->q), a, b, hh, dk, d->feature_map, q);
-    gather(host(a->k), a, b, hh, dk, d->feature_map, kf);
+    gather(host(a->k), a, b, hh, dk, paper_delta ? VLA_FMAP_NONE : d->feature_map, kf);
     gather(host(a->v), a, b, hh, dv, VLA_FMAP_NONE, v);
-    if (vla || delta) normalize_rows(kf, kh, T, dk, (float)d->eps, 1.0f);
+    if (vla || delta || paper_delta) normalize_rows(kf, kh, T, dk, (float)d->eps, 1.0f);
     if (vla) {
         if (a->u) { /* u_t = s_u normalize(u_t): the raw u, no feature map */
             gather(host(a->u), a, b, hh, dk, VLA_FMAP_NONE, u);
@@ -179,7 +183,7 @@ static void run_head(const vla_attn_desc *d, const vla_attn_args *a, const kerne
         }
     }
     if (a->beta) gather(host(a->beta), a, b, hh, 1, VLA_FMAP_NONE, beta);
-    if (a->g) gather(host(a->g), a, b, hh, 1, VLA_FMAP_NONE, g);
+    if (a->g) gather(host(a->g), a, b, hh, paper_delta ? dv : 1, VLA_FMAP_NONE, g);
 
     h.q = q; h.kf = kf; h.kh = kh; h.u = u; h.v = v;
     h.beta = a->beta ? beta : NULL;
@@ -226,7 +230,8 @@ static vla_status cpu_forward(vla_backend *b, const vla_attn_desc *d, const vla_
     cpu_params p = {.chunk = d->chunk, .segment_chunks = d->segment_chunks, .eps = (float)d->eps,
                     .refresh = d->refresh, .rho = (float)d->refresh_size, .normalize = d->normalize_output,
                     .scale = (float)d->scale, .inner_threads = inner};
-    const head_layout L = layout(a, k->work(a->T, a->dk, a->dv, &p));
+    const size_t gate_width = d->mechanism == VLA_MECH_DELTA_PAPER ? (size_t)a->dv : 1;
+    const head_layout L = layout(a, gate_width, k->work(a->T, a->dk, a->dv, &p));
 
     /* Every byte of work memory is taken before anything is written: on failure the caller's
      * buffers are untouched. */

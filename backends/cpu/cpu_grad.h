@@ -18,11 +18,11 @@ typedef struct cpu_grad_head {
     int64_t t0;             /* absolute position of token 0 (the VLA refresh) */
     const double *q;        /* [T, dk] q~ = phi(q) (softmax: q) */
     const double *kf;       /* [T, dk] k~ = phi(k) (softmax: k) */
-    const double *kh;       /* [T, dk] k^ = normalize(k~) (delta, vla) */
+    const double *kh;       /* [T, dk] k^ = normalize(k~) (delta, vla; delta-paper: normalize(k)) */
     const double *u;        /* [T, dk] u_t = s_u normalize(u) or s_u k^ (vla) */
     const double *v;        /* [T, dv] */
     const double *beta;     /* [T] or NULL (delta: 1) */
-    const double *g;        /* [T] or NULL (delta: 1) */
+    const double *g;        /* [T] or NULL (delta: 1); [T, dv] or NULL (delta-paper) */
     const double *dO;       /* [T, dv] upstream gradient of o */
     const double *ST0;      /* [dk, dv] initial state */
     const double *A0;       /* [dk, dk] (vla) */
@@ -30,7 +30,8 @@ typedef struct cpu_grad_head {
     const double *dST_end;  /* [dk, dv] upstream gradient of the final state, or NULL (zero) */
     const double *dA_end;   /* [dk, dk] or NULL */
     const double *dn_end;   /* [dk] or NULL */
-    /* Per-token gradients, accumulated into (+=). NULL where the mechanism has no such input. */
+    /* Per-token gradients, accumulated into (+=), in the shapes of their inputs (delta-paper's dg
+     * [T, dv]). NULL where the mechanism has no such input. */
     double *dq, *dkf, *dkh, *du, *dval, *dbeta, *dg; /* dval: of v */
     /* Initial-state gradients, written (=) by the kernel; NULL where the mechanism has none. */
     double *dST0, *dA0, *dn0;
@@ -57,6 +58,8 @@ void cpu_grad_linear_sequential(const cpu_grad_head *h, const cpu_grad_params *p
 size_t cpu_grad_linear_sequential_work(int T, int dk, int dv, const cpu_grad_params *p);
 void cpu_grad_delta_sequential(const cpu_grad_head *h, const cpu_grad_params *p, double *work);
 size_t cpu_grad_delta_sequential_work(int T, int dk, int dv, const cpu_grad_params *p);
+void cpu_grad_delta_paper_sequential(const cpu_grad_head *h, const cpu_grad_params *p, double *work);
+size_t cpu_grad_delta_paper_sequential_work(int T, int dk, int dv, const cpu_grad_params *p);
 void cpu_grad_vla_sequential(const cpu_grad_head *h, const cpu_grad_params *p, double *work);
 size_t cpu_grad_vla_sequential_work(int T, int dk, int dv, const cpu_grad_params *p);
 

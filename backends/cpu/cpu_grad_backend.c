@@ -65,6 +65,7 @@ static const grad_entry grad_kernels[] = {
     {VLA_MECH_LINEAR, VLA_ALGO_CHUNKED, cpu_grad_linear_chunked, cpu_grad_linear_chunked_work},
     {VLA_MECH_DELTA, VLA_ALGO_SEQUENTIAL, cpu_grad_delta_sequential, cpu_grad_delta_sequential_work},
     {VLA_MECH_DELTA, VLA_ALGO_CHUNKED, cpu_grad_delta_chunked, cpu_grad_delta_chunked_work},
+    {VLA_MECH_DELTA_PAPER, VLA_ALGO_SEQUENTIAL, cpu_grad_delta_paper_sequential, cpu_grad_delta_paper_sequential_work},
     {VLA_MECH_VLA, VLA_ALGO_SEQUENTIAL, cpu_grad_vla_sequential, cpu_grad_vla_sequential_work},
     {VLA_MECH_VLA, VLA_ALGO_CHUNKED, cpu_grad_vla_chunked, cpu_grad_vla_chunked_work},
 };
@@ -127,18 +128,19 @@ typedef struct grad_layout {
     size_t dq, dkf, dkh, du, dv, dbeta, dg, dST0, dA0, dn0, work, total;
 } grad_layout;
 
-static grad_layout grad_layout_of(const vla_attn_args *a, size_t work) {
+/* gate_width: g's (and dg's) row length (1; delta-paper dv). */
+static grad_layout grad_layout_of(const vla_attn_args *a, size_t gate_width, size_t work) {
     grad_layout L;
-    const size_t T = (size_t)a->T, dk = (size_t)a->dk, dv = (size_t)a->dv;
+    const size_t T = (size_t)a->T, dk = (size_t)a->dk, dv = (size_t)a->dv, gw = gate_width;
     size_t off = 0;
 #define TAKE(field, n)  \
     L.field = off;      \
     off += cpu_grad_pad(n);
     TAKE(q, T * dk) TAKE(kf, T * dk) TAKE(kh, T * dk) TAKE(ur, T * dk)
-    TAKE(u, T * dk) TAKE(v, T * dv) TAKE(beta, T) TAKE(g, T) TAKE(dO, T * dv) TAKE(ST0, dk * dv) TAKE(A0, dk * dk)
+    TAKE(u, T * dk) TAKE(v, T * dv) TAKE(beta, T) TAKE(g, T * gw) TAKE(dO, T * dv) TAKE(ST0, dk * dv) TAKE(A0, dk * dk)
     TAKE(n0, dk) TAKE(dST_end, dk * dv) TAKE(dA_end, dk * dk) TAKE(dn_end, dk)
     TAKE(dq, T * dk) TAKE(dkf, T * dk) TAKE(dkh, T * dk) TAKE(du, T * dk) TAKE(dv, T * dv) TAKE(dbeta, T)
-    TAKE(dg, T) TAKE(dST0, dk * dv) TAKE(dA0, dk * dk) TAKE(dn0, dk) TAKE(work, work)
+    TAKE(dg, T * gw) TAKE(dST0, dk * dv) TAKE(dA0, dk * dk) TAKE(dn0, dk) TAKE(work, work)
 #undef TAKE
     L.total = off;
     return L;
@@ -160,7 +162,9 @@ static void grad_head(const vla_attn_desc *d, const vla_attn_args *a, const vla_
     const int T = a->T, dk = a->dk, dv = a->dv;
     const size_t bh = (size_t)b * a->H + hh, Tdk = (size_t)T * dk;
     const int vla = d->mechanism == VLA_MECH_VLA, delta = d->mechanism == VLA_MECH_DELTA;
-    const int fmap = d->feature_map == VLA_FMAP_ELU1;
+    const int paper_delta = d->mechanism == VLA_MECH_DELTA_PAPER; /* phi on q only; g [T, dv] */
+    const int fmap = d->feature_map == VLA_FMAP_ELU1, fmap_k = fmap && !paper_delta;
+    const int gw = paper_delta ? dv : 1;
     const int has_n = d->mechanism == VLA_MECH_LINEAR || (vla && d->normalize_output);
     double *q = mem + L->q, *kf = mem + L->kf, *kh = mem + L->kh;
     double *ur = mem + L->ur, *u = mem + L->u, *v = mem + L->v, *beta = mem + L->beta, *g = mem + L->g;
@@ -172,8 +176,10 @@ static void grad_head(const vla_attn_desc *d, const vla_attn_args *a, const vla_
     gather_d(a->v, a, b, hh, dv, v);
     gather_d(gr->dO, a, b, hh, dv, dO);
     if (fmap)
-        for (size_t i = 0; i < Tdk; i++) q[i] = elu1(q[i]), kf[i] = elu1(kf[i]);
-    if (vla || delta) normalize_rows(kf, kh, T, dk, d->eps, 1.0);
+        for (size_t i = 0; i < Tdk; i++) q[i] = elu1(q[i]);
+    if (fmap_k)
+        for (size_t i = 0; i < Tdk; i++) kf[i] = elu1(kf[i]);
+    if (vla || delta || paper_delta) normalize_rows(kf, kh, T, dk, d->eps, 1.0);
     if (vla) {
         if (a->u) {
             gather_d(a->u, a, b, hh, dk, ur);
@@ -183,7 +189,7 @@ static void grad_head(const vla_attn_desc *d, const vla_attn_args *a, const vla_
         }
     }
     if (a->beta) gather_d(a->beta, a, b, hh, 1, beta);
-    if (a->g) gather_d(a->g, a, b, hh, 1, g);
+    if (a->g) gather_d(a->g, a, b, hh, gw, g);
 
     /* Initial states: given, or S_0 = 0, A_0 = I / lambda0, n_0 = 0; upstream state gradients or 0. */
     double *ST0 = mem + L->ST0, *A0 = mem + L->A0, *n0 = mem + L->n0;
@@ -207,7 +213,7 @@ static void grad_head(const vla_attn_desc *d, const vla_attn_args *a, const vla_
                        .beta = a->beta ? beta : NULL, .g = a->g ? g : NULL, .dO = dO, .ST0 = ST0, .A0 = A0,
                        .n0 = n0, .dST_end = dST_end, .dA_end = dA_end, .dn_end = dn_end};
     h.dq = mem + L->dq, h.dkf = mem + L->dkf, h.dval = mem + L->dv;
-    if (vla || delta) h.dkh = mem + L->dkh;
+    if (vla || delta || paper_delta) h.dkh = mem + L->dkh;
     if (vla) h.du = mem + L->du, h.dA0 = mem + L->dA0;
     if (a->beta) h.dbeta = mem + L->dbeta;
     if (a->g) h.dg = mem + L->dg;
@@ -220,12 +226,11 @@ static void grad_head(const vla_attn_desc *d, const vla_attn_args *a, const vla_
     double *dq = h.dq, *dkf = h.dkf, *dkh = mem + L->dkh, *du = mem + L->du;
     if (vla && !a->u) /* u_t = s_u k^_t: dk collects that path too */
         for (size_t i = 0; i < Tdk; i++) dkh[i] += d->u_scale * du[i];
-    if (vla || delta) normalize_rows_grad(kf, dkh, dkf, T, dk, d->eps, 1.0);
+    if (vla || delta || paper_delta) normalize_rows_grad(kf, dkh, dkf, T, dk, d->eps, 1.0);
     if (fmap)
-        for (size_t i = 0; i < Tdk; i++) {
-            dq[i] *= elu1_grad_of(q[i]);
-            dkf[i] *= elu1_grad_of(kf[i]);
-        }
+        for (size_t i = 0; i < Tdk; i++) dq[i] *= elu1_grad_of(q[i]);
+    if (fmap_k)
+        for (size_t i = 0; i < Tdk; i++) dkf[i] *= elu1_grad_of(kf[i]);
     if (vla && a->u) {
         /* dur = d/d(raw u) = normalize's chain rule with scale s_u; kh's gradient array is free now. */
         double *dur = dkh;
@@ -238,7 +243,7 @@ static void grad_head(const vla_attn_desc *d, const vla_attn_args *a, const vla_
     if (gr->dk) scatter_f(dkf, a, b, hh, dk, gr->dk);
     if (gr->dv) scatter_f(h.dval, a, b, hh, dv, gr->dv);
     if (gr->dbeta) scatter_f(h.dbeta, a, b, hh, 1, gr->dbeta);
-    if (gr->dg) scatter_f(h.dg, a, b, hh, 1, gr->dg);
+    if (gr->dg) scatter_f(h.dg, a, b, hh, gw, gr->dg);
     if (gr->dS_0) store_state(h.dST0, bh, (size_t)dk * dv, gr->dS_0);
     if (gr->dA_0) {
         /* A is symmetric: the gradient returned is the symmetric part (VLA-MATH 5). */
@@ -267,7 +272,8 @@ vla_status cpu_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_a
     const int inner = outer == 1 ? nt : 1;     /* threads inside one head when heads are few */
     const cpu_grad_params p = {.chunk = d->chunk, .eps = d->eps, .refresh = d->refresh, .rho = d->refresh_size,
                                .normalize = d->normalize_output, .scale = d->scale, .inner_threads = inner};
-    const grad_layout L = grad_layout_of(a, k->work(a->T, a->dk, a->dv, &p));
+    const size_t gate_width = d->mechanism == VLA_MECH_DELTA_PAPER ? (size_t)a->dv : 1;
+    const grad_layout L = grad_layout_of(a, gate_width, k->work(a->T, a->dk, a->dv, &p));
 
     /* All work memory is taken before anything is written: on failure the outputs are untouched. */
     if (L.total > SIZE_MAX / sizeof(double) / (size_t)outer)

@@ -17,11 +17,11 @@ typedef struct cpu_head {
     int64_t t0;         /* absolute position of token 0 */
     const float *q;     /* [T, dk] q~ = phi(q) */
     const float *kf;    /* [T, dk] k~ = phi(k) (linear's key; VLA's normaliser sums it) */
-    const float *kh;    /* [T, dk] k^ = normalize(k~) (delta, vla) */
+    const float *kh;    /* [T, dk] k^ = normalize(k~) (delta, vla; delta-paper: normalize(k)) */
     const float *u;     /* [T, dk] s_u * normalize(u) or s_u * k^ (vla) */
     const float *v;     /* [T, dv] */
     const float *beta;  /* [T] or NULL (delta) */
-    const float *g;     /* [T] or NULL (delta) */
+    const float *g;     /* [T] or NULL (delta); [T, dv] or NULL (delta-paper) */
     float *o;           /* [T, dv] */
     float *ST;          /* [dk, dv] state in/out */
     float *A;           /* [dk, dk] state in/out (vla) */
@@ -54,6 +54,8 @@ void cpu_delta_sequential(const cpu_head *h, const cpu_params *p, float *work);
 size_t cpu_delta_sequential_work(int T, int dk, int dv, const cpu_params *p);
 void cpu_delta_chunked(const cpu_head *h, const cpu_params *p, float *work);
 size_t cpu_delta_chunked_work(int T, int dk, int dv, const cpu_params *p);
+void cpu_delta_paper_sequential(const cpu_head *h, const cpu_params *p, float *work);
+size_t cpu_delta_paper_sequential_work(int T, int dk, int dv, const cpu_params *p);
 void cpu_vla_sequential(const cpu_head *h, const cpu_params *p, float *work);
 size_t cpu_vla_sequential_work(int T, int dk, int dv, const cpu_params *p);
 void cpu_vla_scan(const cpu_head *h, const cpu_params *p, float *work);

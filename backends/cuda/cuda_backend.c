@@ -132,7 +132,8 @@ static vla_status cuda_synchronize(vla_backend *b) {
 
 /* ---- algorithm choice ---- */
 
-/* AUTO: the recurrence for short pieces (decoding: one launch). VLA: the chunked form wherever
+/* AUTO: the recurrence for short pieces (decoding: one launch) and for delta-paper (its only
+ * algorithm: kernels/cuda/vla_delta_paper.cu). VLA: the chunked form wherever
  * the chunk-parallel kernels apply (R = 0, dk <= 64): the fastest VLA algorithm at every target
  * shape on the H200 (benchmarks/results/2026-11-30-h200-chunkpar/). Otherwise (and for linear
  * and delta) the chunked form when the heads fill at least half the multiprocessors (one block
@@ -148,6 +149,7 @@ static vla_status cuda_resolve(vla_backend *b, const vla_attn_desc *d, const vla
     case VLA_MECH_SOFTMAX: *out = VLA_ALGO_FUSED; break;
     case VLA_MECH_LINEAR:
     case VLA_MECH_DELTA: *out = a->T <= 16 ? VLA_ALGO_SEQUENTIAL : VLA_ALGO_CHUNKED; break;
+    case VLA_MECH_DELTA_PAPER: *out = VLA_ALGO_SEQUENTIAL; break; /* its only algorithm */
     case VLA_MECH_VLA: {
         const long long nchunks = (long long)vlacu_count_chunks(a->T, d->chunk, d->refresh, a->t0);
         if (a->T <= 16) *out = VLA_ALGO_SEQUENTIAL;

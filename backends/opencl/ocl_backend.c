@@ -262,6 +262,11 @@ static const struct {
     [OCL_K_GRAD_SM_DKV] = {"sm_grad_dkv", OCL_FAM_GRAD_SOFTMAX},
     [OCL_K_GRAD_GDR] = {"grad_gdr", OCL_FAM_GRAD_LINEAR_DELTA},
     [OCL_K_GRAD_VLA] = {"grad_vla", OCL_FAM_GRAD_VLA},
+    [OCL_K_DP_PREP] = {"dp_prep", OCL_FAM_DELTA_PAPER},
+    [OCL_K_DP_SEQ] = {"dp_sequential", OCL_FAM_DELTA_PAPER},
+    [OCL_K_GRAD_DP] = {"grad_dp", OCL_FAM_DELTA_PAPER},
+    [OCL_K_DP_GRAD_PREP] = {"dp_grad_prep", OCL_FAM_DELTA_PAPER},
+    [OCL_K_GRAD_DP_LOCAL] = {"grad_dp", OCL_FAM_DELTA_PAPER_LOCAL},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -273,10 +278,17 @@ static const char *const family_file[OCL_NFAM] = {
     [OCL_FAM_GRAD_SOFTMAX] = "grad_softmax.cl",
     [OCL_FAM_GRAD_LINEAR_DELTA] = "grad_linear_delta.cl",
     [OCL_FAM_GRAD_VLA] = "grad_vla.cl",
+    [OCL_FAM_DELTA_PAPER] = "delta_paper.cl",
+    [OCL_FAM_DELTA_PAPER_LOCAL] = "delta_paper.cl",
 };
 /* A file a family's program takes between common.cl and its own (NULL: none). */
 static const char *const family_shared[OCL_NFAM] = {
     [OCL_FAM_GRAD_VLA] = "grad_linear_delta.cl",
+};
+/* Definitions a family's program takes right after common.cl (NULL: none): one file built two
+ * ways, where OpenCL C 1.2 cannot choose an address space at run time. */
+static const char *const family_defines[OCL_NFAM] = {
+    [OCL_FAM_DELTA_PAPER_LOCAL] = "#define DP_DST_LOCAL 1\n",
 };
 
 static const char *source(const char *name) {
@@ -288,8 +300,9 @@ static const char *source(const char *name) {
 static vla_status build_family(vla_backend *b, ocl_family f) {
     ocl_ctx *ctx = b->context;
     if (ctx->programs[f]) return VLA_OK;
-    const char *texts[3] = {source("common.cl"), NULL, NULL};
+    const char *texts[4] = {source("common.cl"), NULL, NULL, NULL};
     cl_uint ntexts = 1;
+    if (family_defines[f]) texts[ntexts++] = family_defines[f];
     if (family_shared[f]) texts[ntexts++] = source(family_shared[f]);
     texts[ntexts++] = source(family_file[f]);
     for (cl_uint i = 0; i < ntexts; i++)

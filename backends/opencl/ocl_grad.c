@@ -1,7 +1,9 @@
 /* The backward op on OpenCL (VLA-MATH 5): workspace and launch sequence; the kernels are in
- * kernels/opencl/grad_<family>.cl.
+ * kernels/opencl/grad_<family>.cl (the paper's DeltaNet: delta_paper.cl, beside its forward).
  *
  * Softmax: row statistics, then dq per query row and dk, dv per key row (grad_softmax.cl).
+ * The paper's DeltaNet (delta-paper): backward_delta_paper, the same checkpointed walk as below
+ * with its own preparation (phi on q only) and per-row gate.
  * Linear, DeltaNet, VLA (every algorithm: all compute the same gradient, and the backward runs
  * one, sequential with checkpoints):
  *   1. prep (the forward's kernel): q~, k~, k^, u, beta k^ in [B*H, T, dk];
@@ -345,11 +347,86 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
     return VLA_OK;
 }
 
+/* ---- the paper's DeltaNet (delta_paper.cl) ----
+ * dp_prep (q~, k^), grad_dp (the checkpointed walk, as grad_gdr's), dp_grad_prep (dq, dk). The
+ * same checkpoint sizing as backward_recurrent: C = the descriptor's chunk capped at T, halved
+ * while the per-token chunk states of all heads would pass the allocation limit. */
+enum { DP_DQ = 1, DP_DK = 2, DP_DV = 4, DP_DG = 8, DP_DS0 = 16 }; /* grad_dp's `outs` */
+
+static vla_status backward_delta_paper(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
+                                       const vla_attn_grads *g) {
+    ocl_ctx *ctx = b->context;
+    const int T = a->T, H = a->H, dk = a->dk, dv = a->dv;
+    const size_t BH = (size_t)a->B * H, rows = BH * (size_t)T;
+    if (!g->dq && !g->dk && !g->dv && !g->dg && !g->dS_0) return VLA_OK;
+    const size_t f = sizeof(float), rs = ctx->fp64 ? sizeof(double) : sizeof(float);
+    /* The adjoint dS ([dk, dv + 1] padded) in local memory where it fits beside the kernel's own
+     * 7 KiB of staging, up to 24 KiB (dk = dv = 48 in double), else in global memory
+     * (DP_DST_SPACE in delta_paper.cl says why). Measured on an H200 (NVIDIA's OpenCL, fp64),
+     * grad_dp at B=64 H=4 T=73 d=32 (the training shape): 2.09 ms with dS in global memory,
+     * 1.21 ms in local; at B=8 H=4 T=2048 d=64 forward + backward took 77 ms (global) and
+     * 80 ms (local), no gain, so d = 64 stays in global memory. */
+    const size_t dst_bytes = (size_t)dk * (dv + 1) * rs;
+    const int dst_local = dst_bytes <= 24576 && dst_bytes + 8192 <= ctx->local_mem;
+    const ocl_kernel_id core = dst_local ? OCL_K_GRAD_DP_LOCAL : OCL_K_GRAD_DP;
+    const ocl_kernel_id ids[] = {OCL_K_DP_PREP, core, OCL_K_DP_GRAD_PREP};
+    TRY(build(b, ids, 3));
+    size_t wg_prep, wg_core, wg_gprep;
+    TRY(ocl_wg(b, OCL_K_DP_PREP, 64, &wg_prep));
+    TRY(ocl_wg(b, core, imax(dk, dv), &wg_core));
+    TRY(ocl_wg(b, OCL_K_DP_GRAD_PREP, 64, &wg_gprep));
+
+    int C = d->chunk < T ? d->chunk : T;
+    while (C > 1 && mul4(BH, C, (size_t)dk * dv, f) > ctx->max_alloc) C = (C + 1) / 2;
+    const int nch = (T + C - 1) / C;
+    TRY(gws(b, OCL_GW_QF, mul4(rows, dk, f, 1)));
+    TRY(gws(b, OCL_GW_KH, mul4(rows, dk, f, 1)));
+    if (g->dq) TRY(gws(b, OCL_GW_DQF, mul4(rows, dk, f, 1)));
+    if (g->dk) TRY(gws(b, OCL_GW_DKH, mul4(rows, dk, f, 1)));
+    TRY(gws(b, OCL_GW_CKS, mul4(BH, nch, (size_t)dk * dv, f)));
+    TRY(gws(b, OCL_GW_WST, mul4(BH, C, (size_t)dk * dv, f)));
+    TRY(gws(b, OCL_GW_WE, mul4(BH, C, dv, f)));
+    if (!dst_local) TRY(gws(b, OCL_GW_DST, mul4(BH, dk, dv, rs)));
+
+    const float eps = (float)d->eps;
+    {
+        glaunch l = gstart(b, OCL_K_DP_PREP);
+        g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, GW(QF)), g_mem(&l, GW(KH)), g_int(&l, a->B),
+            g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, (int)d->feature_map), g_flt(&l, eps);
+        TRY(grun_items(&l, rows, wg_prep));
+    }
+    const int outs = (g->dq ? DP_DQ : 0) | (g->dk ? DP_DK : 0) | (g->dv ? DP_DV : 0) | (g->dg ? DP_DG : 0) |
+                     (g->dS_0 ? DP_DS0 : 0);
+    {
+        glaunch l = gstart(b, core);
+        g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->g)), g_int(&l, a->g != NULL),
+            g_mem(&l, MEM(a->S_in)), g_int(&l, a->S_in != NULL), g_mem(&l, MEM(g->dS_end)),
+            g_int(&l, g->dS_end != NULL), g_mem(&l, MEM(g->dO));
+        g_mem(&l, GW(CKS)), g_mem(&l, GW(WST)), g_mem(&l, GW(WE));
+        if (dst_local) garg(&l, dst_bytes, NULL); /* the group's dS [dk, dv] */
+        else g_mem(&l, GW(DST));
+        g_mem(&l, OPT(GW(DQF))), g_mem(&l, OPT(GW(DKH))), g_mem(&l, MEM(g->dv)), g_mem(&l, MEM(g->dg)),
+            g_mem(&l, MEM(g->dS_0));
+        g_int(&l, outs), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch);
+        TRY(grun(&l, BH, wg_core));
+    }
+    if (g->dq || g->dk) {
+        glaunch l = gstart(b, OCL_K_DP_GRAD_PREP);
+        g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, OPT(GW(DQF))), g_mem(&l, OPT(GW(DKH))),
+            g_mem(&l, MEM(g->dq)), g_mem(&l, MEM(g->dk)), g_int(&l, g->dq != NULL), g_int(&l, g->dk != NULL),
+            g_int(&l, a->B), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, (int)d->feature_map),
+            g_flt(&l, eps);
+        TRY(grun_items(&l, rows, wg_gprep));
+    }
+    return VLA_OK;
+}
+
 vla_status ocl_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g) {
     if ((long long)a->B * a->H > INT32_MAX)
         return vla_fail(b, VLA_ERR_INVALID_DIMENSION,
                         "vla_attention_backward: B*H = %lld is too large for the opencl backend",
                         (long long)a->B * a->H);
     if (d->mechanism == VLA_MECH_SOFTMAX) return backward_softmax(b, d, a, g);
+    if (d->mechanism == VLA_MECH_DELTA_PAPER) return backward_delta_paper(b, d, a, g);
     return backward_recurrent(b, d, a, g);
 }

@@ -11,7 +11,8 @@
 #include "vla_impl.h"
 
 /* Kernel families: one program each, built from common.cl + the family's file on first use
- * (grad_vla.cl also takes grad_linear_delta.cl, whose per-token steps it shares). */
+ * (grad_vla.cl also takes grad_linear_delta.cl, whose per-token steps it shares; delta_paper.cl
+ * is built twice, the second time with DP_DST_LOCAL defined). */
 typedef enum ocl_family {
     OCL_FAM_PREP,              /* prep.cl */
     OCL_FAM_SOFTMAX,           /* softmax.cl */
@@ -21,6 +22,8 @@ typedef enum ocl_family {
     OCL_FAM_GRAD_SOFTMAX,      /* grad_softmax.cl */
     OCL_FAM_GRAD_LINEAR_DELTA, /* grad_linear_delta.cl */
     OCL_FAM_GRAD_VLA,          /* grad_linear_delta.cl + grad_vla.cl */
+    OCL_FAM_DELTA_PAPER,       /* delta_paper.cl: the paper's DeltaNet, forward and backward */
+    OCL_FAM_DELTA_PAPER_LOCAL, /* delta_paper.cl with DP_DST_LOCAL: the backward's adjoint in local memory */
     OCL_NFAM
 } ocl_family;
 
@@ -51,6 +54,11 @@ typedef enum ocl_kernel_id {
     OCL_K_GRAD_SM_DKV,
     OCL_K_GRAD_GDR,
     OCL_K_GRAD_VLA,
+    OCL_K_DP_PREP,
+    OCL_K_DP_SEQ,
+    OCL_K_GRAD_DP,
+    OCL_K_DP_GRAD_PREP,
+    OCL_K_GRAD_DP_LOCAL,
     OCL_NK
 } ocl_kernel_id;
 

@@ -1,5 +1,6 @@
 /* The attention op on OpenCL: the algorithm choice, the workspace, and the launch sequence of
- * every mechanism x algorithm of VLA-MATH 2 (kernels in kernels/opencl/<family>.cl).
+ * every mechanism x algorithm of VLA-MATH 2 (kernels in kernels/opencl/<family>.cl; the paper's
+ * DeltaNet in forward_delta_paper, kernels in delta_paper.cl).
  *
  * Every call goes: build/fetch every kernel it needs, size the workspace, then enqueue. Build
  * and allocation failures therefore happen before anything is written to the caller's buffers.
@@ -106,7 +107,8 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "prep", "norm_out", "init_a_real", "store_a_real", "init_a_f32", "affine_level", "affine_apply",
     "softmax_fused", "gdr_sequential", "gdr_chunk_prep", "gdr_chunk_run", "vla_sequential", "vla_a_chunked",
     "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "grad_norm_den", "grad_norm", "grad_prep",
-    "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "CLBlast sgemm",
+    "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "dp_prep", "dp_sequential", "grad_dp",
+    "dp_grad_prep", "grad_dp (local dS)", "CLBlast sgemm",
 };
 
 /* Enqueues `groups` work-groups of wg items. */
@@ -633,11 +635,45 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     return VLA_OK;
 }
 
+/* The paper's DeltaNet (delta_paper.cl): its own preparation (phi on q only, normalize(k)
+ * without phi, so prep.cl's one feature map for both does not fit), then the sequential kernel,
+ * its only algorithm (AUTO resolves to it). */
+static vla_status forward_delta_paper(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const op *p) {
+    ocl_ctx *ctx = b->context;
+    const int T = p->T, H = p->H, dk = p->dk, dv = p->dv;
+    const size_t BH = (size_t)p->BH, rows = mul(BH, T), f = sizeof(float);
+    vla_status s = VLA_OK;
+    cl_kernel kern;
+    TRY(ocl_kernel(b, OCL_K_DP_PREP, &kern));
+    TRY(ocl_kernel(b, OCL_K_DP_SEQ, &kern));
+    const size_t wg_prep = wg_of(b, OCL_K_DP_PREP, 64, &s), wg_seq = wg_of(b, OCL_K_DP_SEQ, imax(dk, dv), &s);
+    TRY(s);
+    const size_t sbytes = mul4(BH, dk, dv, f);
+    TRY(ws(b, OCL_WS_QF, mul4(rows, dk, f, 1)));
+    TRY(ws(b, OCL_WS_KH, mul4(rows, dk, f, 1)));
+    TRY(ws(b, OCL_WS_ST, sbytes));
+
+    launch l = start(b, OCL_K_DP_PREP);
+    a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, WS(QF)), a_mem(&l, WS(KH)), a_int(&l, p->B), a_int(&l, T),
+        a_int(&l, H), a_int(&l, dk), a_int(&l, (int)d->feature_map), a_flt(&l, (float)d->eps);
+    TRY(run_items(&l, rows, wg_prep));
+    /* S_in may be S_out: read into the workspace first, written back last. */
+    if (a->S_in) TRY(copy_buf(b, (cl_mem)a->S_in->mem, WS(ST), sbytes));
+    else TRY(zero_buf(b, WS(ST), sbytes));
+    launch m = start(b, OCL_K_DP_SEQ);
+    a_mem(&m, WS(KH)), a_mem(&m, WS(QF)), a_mem(&m, MEM(a->v)), a_mem(&m, MEM(a->g)), a_int(&m, a->g != NULL),
+        a_mem(&m, WS(ST)), a_mem(&m, MEM(a->o)), a_int(&m, T), a_int(&m, H), a_int(&m, dk), a_int(&m, dv);
+    TRY(run(&m, BH, wg_seq));
+    if (a->S_out) TRY(copy_buf(b, WS(ST), (cl_mem)a->S_out->mem, sbytes));
+    return VLA_OK;
+}
+
 vla_status ocl_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
     op p = {.B = a->B, .T = a->T, .H = a->H, .dk = a->dk, .dv = a->dv, .BH = a->B * a->H};
     if ((long long)a->B * a->H > INT32_MAX)
         return vla_fail(b, VLA_ERR_INVALID_DIMENSION, "vla_attention_forward: B*H = %lld is too large for the opencl backend",
                         (long long)a->B * a->H);
+    if (d->mechanism == VLA_MECH_DELTA_PAPER) return forward_delta_paper(b, d, a, &p);
     vla_status s = forward(b, d, a, &p);
     free(p.starts);
     return s;

@@ -33,6 +33,7 @@ set(_vla_cl_sources
   ${_vla_cl_dir}/grad_softmax.cl
   ${_vla_cl_dir}/grad_linear_delta.cl
   ${_vla_cl_dir}/grad_vla.cl
+  ${_vla_cl_dir}/delta_paper.cl
   ${_vla_cl_dir}/nn.cl)
 set(_vla_cl_generated ${CMAKE_CURRENT_BINARY_DIR}/vla_opencl_kernels.c)
 add_custom_command(

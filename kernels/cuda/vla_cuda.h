@@ -2,7 +2,8 @@
  * (C++). The host side owns devices, streams, buffers and the workspace; this side plans each
  * call (workspace size, where each working array lives) and launches the kernels of VLA-MATH 2.
  *
- * Layouts are the library's: q, k, u [B,T,H,dk]; v, o [B,T,H,dv]; beta, g [B,T,H];
+ * Layouts are the library's: q, k, u [B,T,H,dk]; v, o [B,T,H,dv]; beta, g [B,T,H] (delta-paper's g
+ * [B,T,H,dv]);
  * S [B,H,dk,dv] (S transposed); A [B,H,dk,dk]; n [B,H,dk]. All pointers are device pointers.
  * Nothing here allocates: the caller provides a workspace of vlacu_workspace_bytes() bytes
  * (or more), 256-byte aligned. Every function returns a cudaError_t as an int (0 = success). */
@@ -17,7 +18,7 @@ extern "C" {
 #endif
 
 /* Same numbering as vla_mechanism / vla_algorithm / vla_feature_map (vla.h). */
-enum { VLACU_SOFTMAX = 0, VLACU_LINEAR = 1, VLACU_DELTA = 2, VLACU_VLA = 3 };
+enum { VLACU_SOFTMAX = 0, VLACU_LINEAR = 1, VLACU_DELTA = 2, VLACU_VLA = 3, VLACU_DELTA_PAPER = 4 };
 enum { VLACU_SEQUENTIAL = 1, VLACU_SCAN = 2, VLACU_CHUNKED = 3, VLACU_TWO_LEVEL = 4, VLACU_FUSED = 5 };
 
 typedef struct vlacu_device {
@@ -64,7 +65,8 @@ int vlacu_forward(const vlacu_args *a, const vlacu_device *dev, void *workspace,
  * The gradients of one forward call with arguments `a` (its o and final states are not used). Upstream:
  * dO [B,T,H,dv] (required), dS_end [B,H,dk,dv], dA_end [B,H,dk,dk], dn_end [B,H,dk] (null: zero).
  * Outputs, each null when not requested, overwritten: dq, dk, du [B,T,H,dk]; dv [B,T,H,dv];
- * dbeta, dg [B,T,H]; dS_0, dA_0 (its symmetric part), dn_0 in the states' layouts. None may overlap
+ * dbeta, dg [B,T,H] (delta-paper: dg [B,T,H,dv]); dS_0, dA_0 (its symmetric part), dn_0 in the states'
+ * layouts. None may overlap
  * an input or another output. */
 typedef struct vlacu_grads {
     const float *dO, *dS_end, *dA_end, *dn_end;

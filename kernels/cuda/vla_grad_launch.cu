@@ -7,6 +7,7 @@
  * k~ for linear and vla's normalised output; k^ for delta and vla; u for vla), then one slice per head:
  * the state matrices that do not fit in shared memory, checkpoints every C tokens, the chunk store
  * (seq_layout). C is the descriptor's chunk, at most T. Softmax: lse and D, [BH][T] each. */
+#include "vla_delta_paper.cuh"
 #include "vla_grad.cuh"
 
 #include <stdint.h>
@@ -129,6 +130,10 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, glayout *L) {
 } // namespace
 
 extern "C" int vlacu_backward_workspace_bytes(const vlacu_args *a, const vlacu_device *dev, size_t *bytes) {
+    if (a->mech == VLACU_DELTA_PAPER) { /* vla_delta_paper.cu plans its own call */
+        *bytes = dpaper_backward_workspace(*a, *dev);
+        return 0;
+    }
     glayout L;
     const int e = make_layout(a, dev, &L);
     if (e) return e;
@@ -138,6 +143,8 @@ extern "C" int vlacu_backward_workspace_bytes(const vlacu_args *a, const vlacu_d
 
 extern "C" int vlacu_backward(const vlacu_args *a, const vlacu_grads *g, const vlacu_device *dev, void *workspace,
                               size_t workspace_bytes, void *stream) {
+    if (a->mech == VLACU_DELTA_PAPER)
+        return (int)dpaper_backward(*a, *g, *dev, workspace, workspace_bytes, (cudaStream_t)stream);
     glayout L;
     int e = make_layout(a, dev, &L);
     if (e) return e;

@@ -1,6 +1,7 @@
 /* Plans one call (the workspace it needs, where each kernel's working arrays live) and enqueues
  * the kernels of the resolved algorithm. The same layout function serves the size query and
  * the launch, so the two always agree. */
+#include "vla_delta_paper.cuh"
 #include "vla_kernels.cuh"
 
 #include <stdint.h>
@@ -121,6 +122,10 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, layout *L) {
     const size_t f4 = 4;
     bump w = {0};
     L->cmax = a->chunk < a->T ? a->chunk : a->T;
+    if (a->mech == VLACU_DELTA_PAPER) { /* sequential only: vla_delta_paper.cu plans its own call */
+        L->total = dpaper_forward_workspace(*a, *dev);
+        return 0;
+    }
     switch (a->algo) {
     case VLACU_FUSED: {
         const size_t budget = smem_budget(dev, softmax_static_smem());
@@ -350,6 +355,10 @@ static int forward_inner(const vlacu_args *a, const vlacu_device *dev, void *wor
         if (ce != cudaSuccess) return (int)ce;                                                                         \
     } while (0)
 
+    if (a->mech == VLACU_DELTA_PAPER) {
+        TRY(dpaper_forward(*a, *dev, workspace, workspace_bytes, st));
+        return 0;
+    }
     if (a->algo == VLACU_FUSED) {
         TRY(launch_softmax(*a, L.tile, L.tile_smem, L.smx_split, (float *)(W + L.smx_part), st));
         return 0;
