@@ -2,7 +2,8 @@
 # train_speed.sh: vla-train's training step, timed per backend and mechanism, at the paper's
 # MQAR setting (TinyLM, mqar n = 24, T = 73, batch 64, seed 42, fp32), to set beside the
 # paper's own step (.peers/paper_train_speed.py; on an H200 with torch 2.11 it takes 5.1, 118, 124
-# and 361 ms per step for softmax, linear, DeltaNet and VLA: TRAINER.md).
+# and 361 ms per step for softmax, linear, DeltaNet and VLA: TRAINER.md). deltanet is the paper's
+# DeltaNet; delta the standard one (not in the paper).
 #
 # How a step is timed: one vla-train run per backend and mechanism, W warm-up steps and then N
 # timed steps (--steps W + N; the learning-rate schedule is the paper's over those W + N steps),
@@ -17,12 +18,15 @@
 # at batch 64), which K > 1 spreads over the block (K = 1: a true per-step median, every step
 # paying it). K is --log-every, lowered to a divisor of W so that no block straddles W.
 #
-# Attention / GEMMs / rest: vla-train has no per-phase timing. On OpenCL the library's
-# VLA_OPENCL_PROFILE=1 sums the device time of every kernel of the attention op (forward and
-# backward, its CLBlast scan products included; the nn ops, GEMMs among them, are not timed):
-# one more short run per mechanism under it gives the attention ms per step, its share of the
-# unprofiled ms/step, and GEMMs + rest together as the remainder. CUDA and CPU: not reported
-# (the table says so).
+# Attention / GEMMs / rest: one more short run per backend and mechanism with vla-train
+# --profile, on every backend: per step the host time in the attention op (forward and backward),
+# in the matrix products (the nn GEMM calls) and the rest (batch generation and upload, the other
+# nn ops, the update), each bracketed by a device synchronisation. Those synchronisations make the
+# profiled step slower than the unprofiled one (much so on a GPU, where a step is many short
+# launches), so the headline stays the unprofiled ms/step above and the profile gives the shares
+# (and its own, slower, ms/step beside them): vla-train's closing line 'profile: attention X
+# ms/step (P%), gemm Y ms/step (P%), rest Z ms/step (P%), total T ms/step', its means over the
+# profiled steps without the first.
 #
 # Each run is capped by `timeout` (--run-timeout) and the whole script by --budget: a run that
 # no longer fits is left out and says so; a run cut by its cap keeps the blocks it logged.
@@ -33,7 +37,7 @@
 #   --backends LIST      comma-separated vla-train backends (cpu, cuda[:N], opencl[:P:D]); default:
 #                        cuda and opencl where the build has them with a GPU, else cpu (the CPU is
 #                        off by default where there is a GPU: name it to add it)
-#   --mechanisms LIST    default softmax,linear,delta,vla
+#   --mechanisms LIST    default softmax,linear,delta,vla,deltanet
 #   --steps N            timed steps per run (default 60)
 #   --warmup-steps W     steps before them, not timed (default 10)
 #   --log-every K        steps per timed block (default 5; lowered to a divisor of W)
@@ -41,7 +45,7 @@
 #   --batch B            sequences per step (default 64)
 #   --seed S             (default 42)
 #   --threads N          CPU threads of the cpu backend (default 0: OpenMP's default)
-#   --profile-steps P    steps of the OpenCL profiled run (default 20; 0: no profiled runs)
+#   --profile-steps P    steps of each profiled run (vla-train --profile; default 20; 0: none)
 #   --run-timeout S      cap of one run in seconds (default 40)
 #   --budget S           the whole script's limit in seconds (default 140)
 #   --out DIR            where train_speed.md, train_speed.csv, train_speed_blocks.csv and
@@ -56,7 +60,7 @@ set -uo pipefail
 usage() { sed -n '2,/^set -uo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "train_speed.sh: $*" >&2; exit 2; }
 
-BDIR="" BACKENDS="" MECHS=softmax,linear,delta,vla STEPS=60 WARM=10 BLOCK=5 PAIRS=24 BATCH=64 SEED=42
+BDIR="" BACKENDS="" MECHS=softmax,linear,delta,vla,deltanet STEPS=60 WARM=10 BLOCK=5 PAIRS=24 BATCH=64 SEED=42
 THREADS=0 PROF_STEPS=20 RUN_CAP=40 BUDGET=140 OUTD=train-speed DRY=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -115,7 +119,7 @@ left() { echo $((BUDGET - (SECONDS - T0))); }
 cap() { local l=$(($(left) - 3)); if ((l < RUN_CAP)); then echo "$l"; else echo "$RUN_CAP"; fi; }
 say() { echo "[train_speed $((SECONDS - T0)) s] $*" >&2; }
 tag() { echo "${1//[^A-Za-z0-9]/-}-$2"; }
-declare -A MS MEAN MIN MAX NB DEV STATUS ATTN
+declare -A MS MEAN MIN MAX NB DEV STATUS PROF
 
 # train_cmd BACKEND MECH STEPS LOG_EVERY DIR: the vla-train command line, into CMD.
 train_cmd() {
@@ -174,42 +178,45 @@ time_one() {
   [ -n "$stats" ]
 }
 
-# profile_one BACKEND MECH: OpenCL's attention kernels under VLA_OPENCL_PROFILE=1; fills ATTN.
+# profile_one BACKEND MECH: a vla-train --profile run; fills PROF with "attn gemm rest total"
+# (profiled ms per step) from its closing 'profile:' line.
 profile_one() {
   local be=$1 m=$2 key="$1|$2" dir l rc
   dir=$RUNS/$(tag "$be" "$m")-profile
   train_cmd "$be" "$m" "$PROF_STEPS" "$PROF_STEPS" "$dir"
+  CMD+=(--profile)
   l=$(cap)
   if ((DRY)); then
-    echo "timeout -k 5 $l env VLA_OPENCL_PROFILE=1 ${CMD[*]} > $dir/stdout.txt 2> $dir/stderr.txt"
+    echo "timeout -k 5 $l ${CMD[*]} > $dir/stdout.txt 2> $dir/stderr.txt"
     return 0
   fi
   ((l >= 5)) || { say "$be $m profile: left out ($(left) s left)"; return 0; }
   rm -rf "$dir" && mkdir -p "$dir" || return 0
-  say "$be $m profile: VLA_OPENCL_PROFILE=1 ${CMD[*]} (limit $l s)"
-  timeout -k 5 "$l" env VLA_OPENCL_PROFILE=1 "${CMD[@]}" > "$dir/stdout.txt" 2> "$dir/stderr.txt"
+  say "$be $m profile: ${CMD[*]} (limit $l s)"
+  timeout -k 5 "$l" "${CMD[@]}" > "$dir/stdout.txt" 2> "$dir/stderr.txt"
   rc=$?
   rm -f "$dir/checkpoint.bin"
-  # "vla opencl profile: NAME LAUNCHES launches MS ms", printed at the backend's close.
-  ((rc == 0)) && ATTN[$key]=$(awk -v p="$PROF_STEPS" '/^vla opencl profile:/ { s += $(NF - 1); n++ }
-      END { if (n) printf "%.4f", s / p }' "$dir/stderr.txt")
-  say "$be $m profile: exit $rc, attention ${ATTN[$key]:-?} ms/step (device time)"
+  ((rc == 0)) && PROF[$key]=$(awk '/^profile: attention / { print $3, $7, $11, $15 }' "$dir/stdout.txt")
+  say "$be $m profile: exit $rc; attention, gemm, rest, total ms/step (profiled): ${PROF[$key]:-?}"
 }
 
 write_tables() {
-  local be m key sps tps share attn dev devs st csv=$OUTD/train_speed.csv md=$OUTD/train_speed.md
+  local be m key sps tps prof pa pg pr pt attn dev devs st csv=$OUTD/train_speed.csv md=$OUTD/train_speed.md
   {
-    echo "backend,mechanism,device,pairs,T,batch,warmup_steps,timed_steps,block,blocks,ms_per_step,ms_per_step_mean,ms_block_min,ms_block_max,steps_per_s,tokens_per_s,attn_ms_per_step,attn_share,status"
+    echo "backend,mechanism,device,pairs,T,batch,warmup_steps,timed_steps,block,blocks,ms_per_step,ms_per_step_mean,ms_block_min,ms_block_max,steps_per_s,tokens_per_s,prof_attn_ms,prof_gemm_ms,prof_rest_ms,prof_total_ms,attn_share,gemm_share,rest_share,status"
     for be in "${BE_LIST[@]}"; do
       for m in "${M_LIST[@]}"; do
-        key="$be|$m" sps="" tps="" share=""
+        key="$be|$m" sps="" tps="" prof=",,,,,,"
         if [ -n "${MS[$key]:-}" ]; then
           sps=$(awk -v x="${MS[$key]}" 'BEGIN { printf "%.3f", 1000 / x }')
           tps=$(awk -v x="${MS[$key]}" -v n=$((BATCH * T)) 'BEGIN { printf "%.0f", n * 1000 / x }')
-          [ -n "${ATTN[$key]:-}" ] && share=$(awk -v a="${ATTN[$key]}" -v x="${MS[$key]}" 'BEGIN { printf "%.3f", a / x }')
+        fi
+        if [ -n "${PROF[$key]:-}" ]; then
+          read -r pa pg pr pt <<< "${PROF[$key]}"
+          prof=$(awk -v a="$pa" -v g="$pg" -v r="$pr" -v t="$pt" 'BEGIN { printf "%s,%s,%s,%s,%.3f,%.3f,%.3f", a, g, r, t, a / t, g / t, r / t }')
         fi
         dev=${DEV[$key]:-} st=${STATUS[$key]:-not run}
-        echo "$be,$m,${dev//,/;},$PAIRS,$T,$BATCH,$WARM,$STEPS,$K,${NB[$key]:-0},${MS[$key]:-},${MEAN[$key]:-},${MIN[$key]:-},${MAX[$key]:-},$sps,$tps,${ATTN[$key]:-},$share,${st//,/;}"
+        echo "$be,$m,${dev//,/;},$PAIRS,$T,$BATCH,$WARM,$STEPS,$K,${NB[$key]:-0},${MS[$key]:-},${MEAN[$key]:-},${MIN[$key]:-},${MAX[$key]:-},$sps,$tps,$prof,${st//,/;}"
       done
     done
   } > "$csv.tmp" && mv "$csv.tmp" "$csv"
@@ -223,20 +230,22 @@ write_tables() {
     echo "its batch, and a logged step (one per block) reads the loss, the gradient norm and the logits back."
     echo "$("$TRAIN" --version 2> /dev/null || echo vla-train): \`$TRAIN\`; $(date -u '+%F %H:%M UTC'); $(uname -n), $(nproc 2> /dev/null) cores."
     echo
-    echo "| backend | mechanism | ms/step | steps/s | tokens/s | blocks: min - max ms | attention ms/step (share) | status |"
+    echo "| backend | mechanism | ms/step | steps/s | tokens/s | blocks: min - max ms | attention / gemm / rest (profiled ms/step) | status |"
     echo "|---|---|--:|--:|--:|---|---|---|"
     for be in "${BE_LIST[@]}"; do
       for m in "${M_LIST[@]}"; do
-        key="$be|$m" attn="n/a"
-        [[ $be == opencl* ]] && attn="not profiled"
+        key="$be|$m" attn="not profiled"
+        if [ -n "${PROF[$key]:-}" ]; then
+          read -r pa pg pr pt <<< "${PROF[$key]}"
+          attn=$(awk -v a="$pa" -v g="$pg" -v r="$pr" -v t="$pt" 'BEGIN { printf "%.0f%% / %.0f%% / %.0f%% (%.3f)", 100 * a / t, 100 * g / t, 100 * r / t, t }')
+        fi
         if [ -n "${MS[$key]:-}" ]; then
           sps=$(awk -v x="${MS[$key]}" 'BEGIN { printf "%.2f", 1000 / x }')
           tps=$(awk -v x="${MS[$key]}" -v n=$((BATCH * T)) 'BEGIN { x = n * 1000 / x; if (x >= 1e6) printf "%.2fM", x / 1e6; else printf "%.1fk", x / 1e3 }')
-          [ -n "${ATTN[$key]:-}" ] && attn=$(awk -v a="${ATTN[$key]}" -v x="${MS[$key]}" 'BEGIN { printf "%.3f (%.0f%%)", a, 100 * a / x }')
           printf '| %s | %s | %.3f | %s | %s | %.3f - %.3f (%d) | %s | %s |\n' "$be" "$m" "${MS[$key]}" "$sps" "$tps" \
             "${MIN[$key]}" "${MAX[$key]}" "${NB[$key]}" "$attn" "${STATUS[$key]:-}"
         else
-          echo "| $be | $m | - | - | - | - | - | ${STATUS[$key]:-not run} |"
+          echo "| $be | $m | - | - | - | - | $attn | ${STATUS[$key]:-not run} |"
         fi
       done
     done
@@ -248,13 +257,12 @@ write_tables() {
       done
     done
     [ -z "$devs" ] || printf 'Devices:\n%s\n' "$devs"
-    echo "Attention / GEMMs / rest of a step: vla-train does not time its phases."
-    echo "OpenCL: the attention column is the device time of the attention op's kernels (forward and"
-    echo "backward of both blocks, its CLBlast scan products included) under VLA_OPENCL_PROFILE=1, summed"
-    echo "over a separate run of $PROF_STEPS steps and divided by them (the run's closing evaluation, one forward"
-    echo "of one sequence, is in the sum); its share is of the ms/step above."
-    echo "The nn ops (GEMMs, LayerNorm, GELU, AdamW, ...) are not profiled there, so GEMMs and the rest are"
-    echo "reported together as the remainder. CUDA and CPU (n/a): not reported."
+    echo "Attention / gemm / rest: shares of a step from a separate run of $PROF_STEPS steps with vla-train --profile"
+    echo "(means over its steps without the first): host time in the attention op (forward and backward of"
+    echo "both blocks), in the nn matrix products, and everything else (batch generation and upload, the"
+    echo "other nn ops, clip and AdamW), each call bracketed by a device synchronisation. In parentheses that"
+    echo "run's own ms/step, slower than the headline (the synchronisations); the headline ms/step is the"
+    echo "unprofiled run's."
   } > "$md.tmp" && mv "$md.tmp" "$md"
 }
 
@@ -274,7 +282,6 @@ for be in "${BE_LIST[@]}"; do
 done
 if ((PROF_STEPS > 0)); then
   for be in "${BE_LIST[@]}"; do
-    [[ $be == opencl* ]] || continue
     for m in "${M_LIST[@]}"; do
       [ -n "${MS[$be|$m]:-}" ] || ((DRY)) || continue
       profile_one "$be" "$m"

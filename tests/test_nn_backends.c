@@ -16,7 +16,15 @@
  * value, nothing written outside the tensors, and the next call works.
  *
  * The same cases run on the CUDA backend when it has a device (in the CPU emulator too): cuBLAS
- * and the own GEMM kernel (VLA_CUDA_NN_GEMM=own) as OpenCL's two paths. The CUDA backend finds a
+ * and the own GEMM kernel (VLA_CUDA_NN_GEMM=own) as OpenCL's two paths.
+ *
+ * train_step: one training step of vla-train's TinyLM (tools/train/model.c, compiled in below)
+ * on every device vla_list_devices finds (every OpenCL device, PoCL and a GPU's driver alike, and
+ * every CUDA device), against the CPU, for every mechanism (softmax, linear, delta, vla, deltanet):
+ * the same weights and batch, then the loss, every parameter gradient (per tensor) and the
+ * parameters after one clipped AdamW step, each as a relative 2-norm error against the CPU's,
+ * bound STEP_TOL. A mechanism a device's backend lacks (VLA_ERR_UNSUPPORTED) is reported as
+ * skipped, never as passed, and so is a kind of backend the machine does not have. The CUDA backend finds a
  * bad id on the device without waiting for it: the op returns VLA_OK and the next
  * vla_backend_synchronize (or download) reports it, once; the checks accept either moment.
  *
@@ -34,6 +42,11 @@
 #include "test_util.h"
 #include "vla/nn.h"
 
+/* vla-train's model, compiled into this suite rather than linked: the suite is built with or
+ * without the tools (VLA_BUILD_TOOLS), and the model is plain public-API code. */
+#include "../tools/train/data.c"
+#include "../tools/train/model.c"
+
 #define TOL 1e-6
 #define GUARD 3
 #define MAXS 24
@@ -47,7 +60,7 @@ typedef struct target {
     vla_backend *be;
     int own_gemm; /* runs the cases with matrix products only */
 } target;
-static target g_tg[4];
+static target g_tg[16];
 static int g_ntg;
 
 #define OK(call)                                                                                     \
@@ -113,7 +126,7 @@ static float *run_on(vla_backend *be, const layout *L, ops_fn ops, const void *c
     return out;
 }
 
-static double worst_seen = 0.0;
+static double worst_seen = 0.0, worst_seen_step = 0.0;
 
 /* One output tensor: relative 2-norm error of got against ref (increments for ACC). */
 static void compare_slot(const char *label, const slot *s, const float *got, const float *ref, const float *start) {
@@ -681,9 +694,162 @@ START_TEST(test_bad_ids) {
 }
 END_TEST
 
+/* ---- one training step of the TinyLM on every device ---- */
+/* Model V 13, d 32, H 2 (dh 16), L 2, FFN 48; B 2, T 70 (more than one chunk of 64 where a
+ * backend picks a chunked algorithm). Parameters N(0, 0.2^2), LayerNorm weights 1 + N(0, 0.1^2),
+ * biases included, so that every path carries a gradient; a third of the targets -1. STEP_TOL
+ * bounds the relative 2-norm error of the loss, of each gradient tensor and of all parameters
+ * after the update; it sits above the worst measured (printed) and far below what a wrong or
+ * missing term gives (order 1). */
+#define STEP_TOL 1e-4
+
+static const tm_mixer step_mixers[] = {TM_SOFTMAX, TM_LINEAR, TM_DELTA, TM_VLA, TM_DELTANET};
+static int g_step_skipped;
+
+typedef struct step_result {
+    vla_status status; /* VLA_ERR_UNSUPPORTED: the backend lacks the mechanism */
+    float loss;
+    float *grads, *params; /* [P.total] each, after the backward / after the update */
+} step_result;
+
+static step_result train_step(vla_backend *be, const tm_config *cfg, const float *p0, const int32_t *tok,
+                              const int32_t *tgt, int B, int T) {
+    step_result r = {VLA_OK, NAN, NULL, NULL};
+    tm_model m;
+    OK(tm_create(&m, be, cfg, B, T));
+    const size_t n = m.P.total;
+    const tm_optim opt = {1e-2, 1.0, 0.9, 0.999, 1e-8};
+    OK(vla_buffer_upload(m.params, 0, p0, n * sizeof *p0));
+    OK(vla_nn_fill(be, m.moments, 0, 2 * n, 0.0f));
+    OK(tm_set_batch(&m, tok, tgt, B, T));
+    r.status = tm_forward(&m, B, T);
+    if (r.status == VLA_OK) r.status = tm_backward(&m, B, T);
+    if (r.status == VLA_ERR_UNSUPPORTED) {
+        tm_destroy(&m);
+        return r;
+    }
+    ck_assert_msg(r.status == VLA_OK, "%s on %s: %s", tm_mixer_name(cfg->mixer), vla_backend_name(be),
+                  vla_last_message());
+    OK(tm_read_loss(&m, &r.loss));
+    r.grads = tu_buf_download_new(m.grads, n);
+    OK(tm_update(&m, &opt, 1e-3, 1));
+    r.params = tu_buf_download_new(m.params, n);
+    tm_destroy(&m);
+    return r;
+}
+
+/* Relative 2-norm error of got against ref over [off, off + len); printed, bounded. */
+static double step_err(const char *what, const char *label, const float *got, const float *ref, size_t off,
+                       size_t len) {
+    double num = 0, den = 0;
+    for (size_t i = off; i < off + len; i++) {
+        ck_assert_msg(isfinite(got[i]), "%s %s[%zu] = %g", label, what, i - off, (double)got[i]);
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), den += (double)ref[i] * ref[i];
+    }
+    const double e = den > 0 ? sqrt(num / den) : sqrt(num);
+    ck_assert_msg(e < STEP_TOL, "%s %s: relative error %.3e >= %.0e", label, what, e, STEP_TOL);
+    return e;
+}
+
+START_TEST(test_train_step) {
+    const tm_mixer mix = step_mixers[_i];
+    const int B = 2, T = 70, M = B * T;
+    tm_config cfg = {mix, 13, 32, 2, 2, 48, 72};
+    tu_rng rng;
+    tu_seed(&rng, 500 + (uint64_t)mix);
+    /* The layout, for the size and the tensor offsets (a model on the CPU, freed at once). */
+    tm_model lay;
+    OK(tm_create(&lay, g_cpu, &cfg, B, T));
+    const tm_params P = lay.P;
+    tm_destroy(&lay);
+    float *p0 = malloc(P.total * sizeof *p0);
+    tu_randn(&rng, p0, P.total, 0.2f);
+    for (int l = 0; l <= cfg.L; l++) {
+        const size_t lnw[3] = {l < cfg.L ? P.blk[l].ln1w : P.lnfw, l < cfg.L ? P.blk[l].ln2w : TM_NONE,
+                               l < cfg.L ? P.blk[l].lnow : TM_NONE};
+        for (int i = 0; i < 3; i++)
+            if (lnw[i] != TM_NONE)
+                for (int j = 0; j < cfg.d; j++) p0[lnw[i] + j] = 1.0f + 0.5f * p0[lnw[i] + j];
+    }
+    int32_t *tok = malloc((size_t)M * sizeof *tok), *tgt = malloc((size_t)M * sizeof *tgt);
+    for (int i = 0; i < M; i++) {
+        tok[i] = (int32_t)(tu_next(&rng) % (uint64_t)cfg.V);
+        tgt[i] = i % 3 == 1 ? -1 : (int32_t)(tu_next(&rng) % (uint64_t)cfg.V);
+    }
+    step_result ref = train_step(g_cpu, &cfg, p0, tok, tgt, B, T);
+    ck_assert_msg(ref.status == VLA_OK, "the cpu lacks %s", tm_mixer_name(mix));
+    /* The tensors of the layout, in order (the block tensors a mixer lacks are TM_NONE). */
+    struct {
+        const char *name;
+        size_t off, len;
+    } t[64];
+    int nt = 0;
+#define T_ADD(nm, o, l) \
+    if ((o) != TM_NONE) t[nt].name = (nm), t[nt].off = (o), t[nt].len = (l), nt++
+    const size_t d = (size_t)cfg.d, F = (size_t)cfg.F, H = (size_t)cfg.H;
+    T_ADD("wte", P.wte, (size_t)cfg.V * d);
+    T_ADD("wpe", P.wpe, (size_t)cfg.max_T * d);
+    for (int l = 0; l < cfg.L; l++) {
+        const tm_block_params *b = &P.blk[l];
+        T_ADD("ln1w", b->ln1w, d);
+        T_ADD("ln1b", b->ln1b, d);
+        T_ADD("Wqkv", b->Wqkv, 3 * d * d);
+        T_ADD("bqkv", b->bqkv, 3 * d);
+        T_ADD("Wbeta", b->Wbeta, H * d);
+        T_ADD("bbeta", b->bbeta, H);
+        T_ADD("Wg", b->Wg, d * d);
+        T_ADD("bg", b->bg, d);
+        T_ADD("Wu", b->Wu, d * d);
+        T_ADD("lnow", b->lnow, d);
+        T_ADD("lnob", b->lnob, d);
+        T_ADD("Wo", b->Wo, d * d);
+        T_ADD("bo", b->bo, d);
+        T_ADD("ln2w", b->ln2w, d);
+        T_ADD("ln2b", b->ln2b, d);
+        T_ADD("W1", b->W1, F * d);
+        T_ADD("b1", b->b1, F);
+        T_ADD("W2", b->W2, d * F);
+        T_ADD("b2", b->b2, d);
+    }
+    T_ADD("lnfw", P.lnfw, d);
+    T_ADD("lnfb", P.lnfb, d);
+#undef T_ADD
+    for (int k = 0; k < g_ntg; k++) {
+        if (g_tg[k].own_gemm) continue;
+        char label[96];
+        snprintf(label, sizeof label, "step %s on %s:", tm_mixer_name(mix), g_tg[k].label);
+        step_result got = train_step(g_tg[k].be, &cfg, p0, tok, tgt, B, T);
+        if (got.status == VLA_ERR_UNSUPPORTED) {
+            fprintf(stderr, "  %s SKIPPED: %s\n", label, vla_last_message());
+            g_step_skipped++;
+            continue;
+        }
+        const double loss_err = fabs((double)got.loss - ref.loss) / fabs((double)ref.loss);
+        ck_assert_msg(loss_err < STEP_TOL, "%s loss %.9g vs cpu %.9g", label, (double)got.loss, (double)ref.loss);
+        double worst = 0;
+        const char *worst_name = "";
+        for (int i = 0; i < nt; i++) {
+            const double e = step_err(t[i].name, label, got.grads, ref.grads, t[i].off, t[i].len);
+            if (e > worst) worst = e, worst_name = t[i].name;
+        }
+        const double pe = step_err("parameters after AdamW", label, got.params, ref.params, 0, P.total);
+        if (loss_err > worst_seen_step) worst_seen_step = loss_err;
+        if (worst > worst_seen_step) worst_seen_step = worst;
+        fprintf(stderr, "  %s passed: loss %.7f (cpu %.7f, rel err %.1e), worst gradient %s %.1e, parameters after "
+                        "the update %.1e (bound %.0e)\n",
+                label, (double)got.loss, (double)ref.loss, loss_err, worst_name, worst, pe, STEP_TOL);
+        free(got.grads), free(got.params);
+    }
+    free(ref.grads), free(ref.params), free(p0), free(tok), free(tgt);
+}
+END_TEST
+
 /* The worst error seen, for the report (runs last). */
 START_TEST(test_summary) {
     fprintf(stderr, "worst relative error against the cpu: %.2e (bound %.0e)\n", worst_seen, TOL);
+    fprintf(stderr, "training step: worst relative error against the cpu %.2e (bound %.0e); %d device x mechanism "
+                    "pairs skipped (the backend lacks the mechanism)\n",
+            worst_seen_step, STEP_TOL, g_step_skipped);
 }
 END_TEST
 
@@ -701,8 +867,12 @@ static Suite *nn_backends_suite(void) {
     tcase_add_test(tc, test_adamw_fill);
     tcase_add_test(tc, test_tiny_model);
     tcase_add_test(tc, test_bad_ids);
-    tcase_add_test(tc, test_summary);
     suite_add_tcase(s, tc);
+    TCase *st = tcase_create("train_step");
+    tcase_set_timeout(st, 120);
+    tcase_add_loop_test(st, test_train_step, 0, (int)(sizeof step_mixers / sizeof step_mixers[0]));
+    tcase_add_test(st, test_summary);
+    suite_add_tcase(s, st);
     return s;
 }
 
@@ -729,16 +899,16 @@ static void add_target(const char *label, vla_backend *be, int own_gemm) {
 }
 
 int main(void) {
-    vla_device_info info[64];
+    static vla_device_info info[16]; /* its names label the targets to the end */
     int n = 0;
-    vla_list_devices(info, 64, &n);
-    if (n > 64) n = 64;
-    const char *ocl = NULL, *cu = NULL;
+    vla_list_devices(info, 16, &n);
+    if (n > 16) n = 16;
+    int n_ocl = 0, n_cuda = 0;
     for (int i = 0; i < n; i++) {
-        if (!ocl && strncmp(info[i].name, "opencl:", 7) == 0) ocl = info[i].name;
-        if (!cu && strncmp(info[i].name, "cuda:", 5) == 0) cu = info[i].name;
+        n_ocl += strncmp(info[i].name, "opencl:", 7) == 0;
+        n_cuda += strncmp(info[i].name, "cuda:", 5) == 0;
     }
-    if (!ocl && !cu) {
+    if (!n_ocl && !n_cuda) {
         printf("test_nn_backends: no OpenCL or CUDA device on this machine: skipped\n");
         return 77;
     }
@@ -746,26 +916,30 @@ int main(void) {
         fprintf(stderr, "test_nn_backends: cannot open the cpu backend: %s\n", vla_last_message());
         return 1;
     }
-    if (ocl) {
+    /* Every device; the own-GEMM handles (the op cases' second GEMM path) for the first device of
+     * each kind only. */
+    int first_ocl = 1, first_cuda = 1;
+    for (int i = 0; i < n && g_ntg + 2 <= 16; i++) {
+        const int ocl = strncmp(info[i].name, "opencl:", 7) == 0, cu = strncmp(info[i].name, "cuda:", 5) == 0;
+        if (!ocl && !cu) continue;
         vla_backend *be = NULL;
-        if (vla_backend_open(ocl, &be) != VLA_OK) {
-            fprintf(stderr, "test_nn_backends: cannot open %s: %s\n", ocl, vla_last_message());
+        if (vla_backend_open(info[i].name, &be) != VLA_OK) {
+            fprintf(stderr, "test_nn_backends: cannot open %s: %s\n", info[i].name, vla_last_message());
             return 1;
         }
-        add_target("opencl", be, 0);
-        add_target("opencl own gemm", open_with(ocl, "VLA_OPENCL_NO_CLBLAST", "1"), 1);
-    }
-    if (cu) {
-        vla_backend *be = NULL;
-        if (vla_backend_open(cu, &be) != VLA_OK) {
-            fprintf(stderr, "test_nn_backends: cannot open %s: %s\n", cu, vla_last_message());
-            return 1;
+        add_target(info[i].name, be, 0);
+        if (ocl && first_ocl) {
+            add_target("opencl own gemm", open_with(info[i].name, "VLA_OPENCL_NO_CLBLAST", "1"), 1);
+            first_ocl = 0;
         }
-        add_target("cuda", be, 0);
         /* (the emulator has no cuBLAS: its products are the own kernel already) */
-        if (!strstr(vla_backend_device(be), "emulator"))
-            add_target("cuda own gemm", open_with(cu, "VLA_CUDA_NN_GEMM", "own"), 1);
+        if (cu && first_cuda && !strstr(vla_backend_device(be), "emulator")) {
+            add_target("cuda own gemm", open_with(info[i].name, "VLA_CUDA_NN_GEMM", "own"), 1);
+            first_cuda = 0;
+        }
     }
+    if (!n_ocl) fprintf(stderr, "opencl           no device on this machine: skipped\n");
+    if (!n_cuda) fprintf(stderr, "cuda             no device on this machine (or not built): skipped\n");
     SRunner *sr = srunner_create(nn_backends_suite());
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -10,8 +10,12 @@
 # eval_acc: bit for bit) as the same run uninterrupted, for every mechanism; (d) SIGINT saves a
 # checkpoint, exits 130, and the run resumes from it to the same numbers; (e) bad input: one line
 # on stderr, the documented exit status, and no file of an existing run changed; (f) the plot
-# script writes a PNG and an SVG (when gnuplot is installed). One line per check; exit 0 only if
-# all pass. Where an OpenCL device is present, the same run there agrees with the CPU's.
+# script writes a PNG and an SVG (when gnuplot is installed); (g) summary.csv: its exact columns,
+# one row, status done / interrupted, the final state line ('state: layer 0 |S| x |A| y; ...')
+# and its norms in the summary; (h) --profile: the closing 'profile:' line, its three shares
+# summing to 100% (+- 0.5 for the rounding of the printed shares), profile.csv with one row per
+# step whose parts add up to its total. One line per check; exit 0 only if all pass. Where an
+# OpenCL device is present, the same run there agrees with the CPU's.
 set -u
 
 if [ $# -ne 1 ]; then
@@ -43,20 +47,23 @@ run() {
 SMALL=(--task mqar --pairs 4 --batch 4 --steps 24 --log-every 2 --eval-batches 2 --eval-batch 4)
 # The columns a resumed run must reproduce exactly (the others are timings).
 det() { cut -d, -f1-6 "$1"; }
+# col FILE NAME: the value of column NAME in the row of a summary.csv.
+col() { awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == n) c = i } NR == 2 && c { print $c }' "$1" 2> /dev/null; }
 
 # ---- (a) --help ------------------------------------------------------------------------------------
 run help --help
 missing=
 for f in --backend --mechanism --task --pairs --seq-len --steps --batch --lr --warmup --seed --eval-batches \
-    --eval-batch --out --resume --help; do
+    --eval-batch --out --resume --profile --help; do
     grep -q -- "^  $f" "$WORK/help.out" || missing="$missing $f"
 done
 for t in mqar mqar-zoology copy copy-paper; do grep -q "^  $t " "$WORK/help.out" || missing="$missing task:$t"; done
 ndef=$(grep -c "^  --.*(default: " "$WORK/help.out")
 nflags=$(grep -c "^  --" "$WORK/help.out")
-# --resume, --version and --help are switches; every other flag shows its default.
+# --version and --help are switches without a default; every other flag shows its default.
 if [ $RC -eq 0 ] && [ -z "$missing" ] && [ "$ndef" -ge $((nflags - 2)) ] && grep -q "default: 3e-4" "$WORK/help.out" &&
-    grep -q "identity map" "$WORK/help.out"; then
+    grep -q "identity map" "$WORK/help.out" && grep -q "deltanet (the paper's DeltaNet" "$WORK/help.out" &&
+    ! grep -qi "not available" "$WORK/help.out" && grep -q "profiled run is slower" "$WORK/help.out"; then
     pass "--help: every flag ($nflags) with its default, every task"
 else
     fail "--help (rc $RC): missing:$missing; $ndef of $nflags flags with a default"
@@ -81,7 +88,7 @@ else
 fi
 
 # ---- (c) resume: stopped half way and resumed == uninterrupted ---------------------------------------
-for mech in softmax linear delta vla; do
+for mech in softmax linear delta vla deltanet; do
     run "full-$mech" --mechanism $mech "${SMALL[@]}" --out "$WORK/full-$mech"
     rc_full=$RC
     run "half-$mech" --mechanism $mech "${SMALL[@]}" --stop-after 12 --out "$WORK/half-$mech"
@@ -128,8 +135,9 @@ kill -INT $pid
 wait $pid
 rc_int=$?
 at=$(sed -n 's/^interrupted after step \([0-9]*\) of 400.*/\1/p' "$WORK/int.out")
-if [ $rc_int -eq 130 ] && [ -n "$at" ] && [ -s "$WORK/int/checkpoint.bin" ]; then
-    pass "SIGINT: exit 130, checkpoint at step $at"
+if [ $rc_int -eq 130 ] && [ -n "$at" ] && [ -s "$WORK/int/checkpoint.bin" ] &&
+    [ "$(col "$WORK/int/summary.csv" status)" = interrupted ] && [ "$(col "$WORK/int/summary.csv" eval_acc)" = nan ]; then
+    pass "SIGINT: exit 130, checkpoint at step $at, summary.csv with status interrupted"
     target=$((at + 6))
     run int-resume --resume --out "$WORK/int" --stop-after $target
     run int-ref "${LONG[@]}" --stop-after $target --out "$WORK/int-ref"
@@ -167,7 +175,6 @@ expect unknown-mechanism 2 "unknown mechanism" --mechanism mamba --out "$WORK/x1
 expect bad-number 2 "--steps: not an integer" --steps 1e3 --out "$WORK/x1"
 expect pairs-do-not-fit 1 "do not fit" --pairs 30 --seq-len 40 --out "$WORK/x1"
 expect zoology-odd 1 "even T" --task mqar-zoology --pairs 4 --seq-len 17 --out "$WORK/x1"
-expect deltanet 1 "not available yet" --mechanism deltanet --out "$WORK/x1"
 expect run-exists 1 "already holds a run" --mechanism softmax "${SMALL[@]}" --out "$WORK/full-softmax"
 expect resume-mismatch 1 "--lr: 0.001 differs from the checkpoint's 0.0003" --resume --lr 1e-3 --out "$WORK/full-softmax"
 expect resume-other-task 1 "--task: copy differs" --resume --task copy --out "$WORK/full-softmax"
@@ -209,25 +216,106 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # ---- the same run on another backend (the trainer only uses the public API) ---------------------------
-# Where an OpenCL device is present: 8 steps of vla agree with the CPU's to float rounding (1e-4
-# relative on every loss and gradient norm; measured about 1e-7 on PoCL).
+# Where an OpenCL device is present: 8 steps of vla and of deltanet agree with the CPU's to float
+# rounding (1e-4 relative on every loss and gradient norm; measured about 1e-7 on PoCL).
+# (tests/test_nn_backends.c compares one step's every gradient on every device.)
 run ocl-probe --backend opencl --mechanism vla --steps 1 --batch 1 --pairs 1 --eval-batches 1 --eval-batch 1 \
     --out "$WORK/ocl-probe"
 if [ $RC -eq 0 ]; then
-    run ocl --backend opencl --mechanism vla "${SMALL[@]}" --steps 8 --out "$WORK/ocl"
-    rc_ocl=$RC
-    run ocl-cpu --backend cpu --mechanism vla "${SMALL[@]}" --steps 8 --out "$WORK/ocl-cpu"
-    worst=$(paste -d, <(cut -d, -f3,5 "$WORK/ocl/train.csv") <(cut -d, -f3,5 "$WORK/ocl-cpu/train.csv") | awk -F, '
-        NR > 1 { for (i = 1; i <= 2; i++) { e = ($i - $(i + 2)) / $(i + 2); if (e < 0) e = -e; if (e > w) w = e } }
-        END { printf "%.1e", w + 0 }')
-    if [ $rc_ocl -eq 0 ] && [ $RC -eq 0 ] && awk -v w="$worst" 'BEGIN { exit !(w < 1e-4) }'; then
-        pass "opencl vs cpu, 8 steps of vla: losses and norms agree to $worst"
+    for mech in vla deltanet; do
+        run "ocl-$mech" --backend opencl --mechanism $mech "${SMALL[@]}" --steps 8 --out "$WORK/ocl-$mech"
+        rc_ocl=$RC
+        run "ocl-cpu-$mech" --backend cpu --mechanism $mech "${SMALL[@]}" --steps 8 --out "$WORK/ocl-cpu-$mech"
+        worst=$(paste -d, <(cut -d, -f3,5 "$WORK/ocl-$mech/train.csv") <(cut -d, -f3,5 "$WORK/ocl-cpu-$mech/train.csv") | awk -F, '
+            NR > 1 { for (i = 1; i <= 2; i++) { e = ($i - $(i + 2)) / $(i + 2); if (e < 0) e = -e; if (e > w) w = e } }
+            END { printf "%.1e", w + 0 }')
+        if [ $rc_ocl -eq 0 ] && [ $RC -eq 0 ] && awk -v w="$worst" 'BEGIN { exit !(w < 1e-4) }' &&
+            [[ "$(col "$WORK/ocl-$mech/summary.csv" backend)" == opencl:* ]]; then
+            pass "opencl vs cpu, 8 steps of $mech: losses and norms agree to $worst"
+        else
+            fail "opencl vs cpu $mech (rc $rc_ocl/$RC, worst $worst): $(head -c 300 "$WORK/ocl-$mech.err")"
+        fi
+    done
+    run ocl-prof --backend opencl --mechanism deltanet "${SMALL[@]}" --steps 3 --profile --out "$WORK/ocl-prof"
+    if [ $RC -eq 0 ] && grep -q '^profile: attention ' "$WORK/ocl-prof.out" && [ "$(wc -l < "$WORK/ocl-prof/profile.csv")" -eq 4 ]; then
+        pass "--profile on opencl: $(grep '^profile:' "$WORK/ocl-prof.out" | cut -c1-110)"
     else
-        fail "opencl vs cpu (rc $rc_ocl/$RC, worst $worst): $(head -c 300 "$WORK/ocl.err")"
+        fail "--profile on opencl (rc $RC): $(head -c 300 "$WORK/ocl-prof.err")"
     fi
 else
     echo "SKIP: opencl vs cpu (no OpenCL device)"
 fi
+
+# ---- (g) summary.csv and the final state norms --------------------------------------------------------
+COLS="backend,mechanism,task,pairs,seq_len,steps,batch,lr,warmup,seed,eval_batches,eval_batch,final_loss,final_train_acc,eval_acc,wall_s,ms_per_step,S_norm_mean,S_norm_max,A_norm_mean,A_norm_max,status"
+for mech in softmax vla deltanet; do
+    f=$WORK/full-$mech/summary.csv
+    sline=$(grep '^state: ' "$WORK/full-$mech.out")
+    eval_acc=$(sed -n 's/^eval: .* accuracy \([0-9.]*\) .*/\1/p' "$WORK/full-$mech.out")
+    ok=1 why=
+    [ -f "$f" ] && [ "$(head -n 1 "$f")" = "$COLS" ] && [ "$(wc -l < "$f")" -eq 2 ] || { ok=0; why="columns or rows"; }
+    [ "$(awk -F, 'NR == 2 { print NF }' "$f" 2> /dev/null)" = 22 ] || { ok=0; why="$why; fields"; }
+    [ "$(col "$f" status)" = done ] && [ "$(col "$f" backend)" = cpu ] && [ "$(col "$f" mechanism)" = $mech ] &&
+        [ "$(col "$f" task)" = mqar ] && [ "$(col "$f" pairs)" = 4 ] && [ "$(col "$f" seq_len)" = 13 ] &&
+        [ "$(col "$f" steps)" = 24 ] && [ "$(col "$f" batch)" = 4 ] && [ "$(col "$f" seed)" = 42 ] &&
+        [ "$(col "$f" eval_batches)" = 2 ] && [ "$(col "$f" eval_batch)" = 4 ] || { ok=0; why="$why; settings"; }
+    # final_loss: the last CSV row's loss; eval_acc: the eval line's
+    awk -v a="$(col "$f" final_loss)" -v b="$(tail -n 1 "$WORK/full-$mech/train.csv" | cut -d, -f3)" \
+        -v e="$(col "$f" eval_acc)" -v x="$eval_acc" -v ms="$(col "$f" ms_per_step)" -v w="$(col "$f" wall_s)" \
+        'BEGIN { exit !(a == b && (e - x < 1e-4 && x - e < 1e-4) && ms > 0 && w > 0 && w * 1000 > ms * 24) }' ||
+        { ok=0; why="$why; loss, eval or timing"; }
+    case $mech in
+    softmax) [[ $sline == "state: layer 0 |S| n/a |A| n/a; layer 1 |S| n/a |A| n/a" ]] &&
+        [ "$(col "$f" S_norm_mean),$(col "$f" S_norm_max),$(col "$f" A_norm_mean),$(col "$f" A_norm_max)" = nan,nan,nan,nan ] ||
+        { ok=0; why="$why; softmax has no state"; } ;;
+    *) # per layer |S| (and |A| for vla) > 0; the summary's mean and max over the two layers
+        read -r s0 a0 s1 a1 <<< "$(sed -n 's/^state: layer 0 |S| \([^ ]*\) |A| \([^;]*\); layer 1 |S| \([^ ]*\) |A| \(.*\)$/\1 \2 \3 \4/p' "$WORK/full-$mech.out")"
+        if [ $mech = vla ]; then want_a=num; else want_a=n/a; fi
+        awk -v s0="$s0" -v s1="$s1" -v a0="$a0" -v a1="$a1" -v wa=$want_a -v sm="$(col "$f" S_norm_mean)" \
+            -v sx="$(col "$f" S_norm_max)" -v am="$(col "$f" A_norm_mean)" -v ax="$(col "$f" A_norm_max)" '
+            function near(x, y) { return x - y < 1e-3 * y && y - x < 1e-3 * y }
+            BEGIN { ok = s0 > 0 && s1 > 0 && near(sm, (s0 + s1) / 2) && near(sx, s0 > s1 ? s0 : s1)
+                    if (wa == "n/a") ok = ok && a0 == "n/a" && a1 == "n/a" && am == "nan" && ax == "nan"
+                    else ok = ok && a0 > 0 && a1 > 0 && near(am, (a0 + a1) / 2) && near(ax, a0 > a1 ? a0 : a1)
+                    exit !ok }' || { ok=0; why="$why; state norms '$sline'"; } ;;
+    esac
+    if [ $ok -eq 1 ]; then
+        pass "summary.csv $mech: 22 columns, one row, done; $sline"
+    else
+        fail "summary.csv $mech:$why: $(tail -n 1 "$f" 2> /dev/null)"
+    fi
+done
+# Stopped (--stop-after, as an interrupt would): status interrupted, no state norms.
+f=$WORK/half-softmax-again/summary.csv
+if [ "$(col "$f" status)" = interrupted ] && [ "$(col "$f" eval_acc)" = nan ] && [ "$(col "$f" S_norm_mean)" = nan ] &&
+    awk -v l="$(col "$f" final_loss)" 'BEGIN { exit !(l > 0) }'; then
+    pass "summary.csv of a stopped run: status interrupted, the last loss, no evaluation"
+else
+    fail "summary.csv of a stopped run: $(tail -n 1 "$f" 2> /dev/null)"
+fi
+# A refused run writes no summary.
+[ ! -e "$WORK/x1/summary.csv" ] && pass "no summary.csv from a refused run" || fail "a refused run wrote a summary"
+
+# ---- (h) --profile ----------------------------------------------------------------------------------
+for mech in vla deltanet; do
+    run "prof-$mech" --mechanism $mech "${SMALL[@]}" --steps 6 --log-every 3 --profile --out "$WORK/prof-$mech"
+    line=$(grep '^profile: ' "$WORK/prof-$mech.out")
+    p=$WORK/prof-$mech/profile.csv
+    if [ $RC -eq 0 ] &&
+        awk -v l="$line" 'BEGIN {
+            if (!match(l, /^profile: attention [0-9.]+ ms\/step \([0-9.]+%\), gemm [0-9.]+ ms\/step \([0-9.]+%\), rest [0-9.]+ ms\/step \([0-9.]+%\), total [0-9.]+/)) exit 1
+            n = split(l, w, /[(%]/); s = w[2] + w[4] + w[6]
+            split(l, v, " "); a = v[3]; g = v[7]; r = v[11]; t = v[15]
+            exit !(s > 99.5 && s < 100.5 && a > 0 && g > 0 && r > 0 && (a + g + r - t) ^ 2 < 1e-4 * t * t) }' &&
+        [ "$(head -n 1 "$p")" = "step,attention_ms,gemm_ms,rest_ms,total_ms" ] && [ "$(wc -l < "$p")" -eq 7 ] &&
+        awk -F, 'NR > 1 { if ($1 != NR - 1 || $2 <= 0 || $3 <= 0 || $4 < 0) bad = 1
+                          d = $2 + $3 + $4 - $5; if (d * d > 1e-6 + 1e-6 * $5 * $5) bad = 1 } END { exit bad }' "$p"; then
+        pass "--profile $mech: '$line'; profile.csv 6 rows"
+    else
+        fail "--profile $mech (rc $RC): '$line' $(head -c 300 "$WORK/prof-$mech.err")"
+    fi
+done
+[ ! -e "$WORK/full-vla/profile.csv" ] && pass "no profile.csv without --profile" || fail "profile.csv without --profile"
 
 # ---- (f) the plot -------------------------------------------------------------------------------------
 PLOT="$HERE/../benchmarks/plot_training.sh"

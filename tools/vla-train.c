@@ -4,8 +4,8 @@
  *   vla-train --mechanism vla --task mqar --pairs 24 --steps 3000 --out runs/vla-24
  *
  * The model, its forward and backward on the library's ops: train/model.c. The tasks and the
- * random numbers: train/data.c. Checkpoints: train/checkpoint.c. Status line and CSV:
- * train/log.c.
+ * random numbers: train/data.c. Checkpoints: train/checkpoint.c. Status line, CSV, the summary
+ * and the profile files: train/log.c.
  *
  * One step, as the paper's code: a fresh batch from the training stream, forward, mean
  * cross-entropy over the target positions, backward, global-norm clip, AdamW at the learning
@@ -75,7 +75,7 @@ typedef struct opts {
     int pairs, seq_len, batch, eval_batches, eval_batch, threads;
     int64_t steps, warmup, seed, eval_every, log_every, ckpt_every, stop_after;
     double lr, weight_decay, clip;
-    int resume, help, version;
+    int resume, profile, help, version;
     unsigned char set[64]; /* set[i]: flags[i] was given */
 } opts;
 
@@ -91,7 +91,7 @@ typedef struct flag {
 #define OFF(f) offsetof(opts, f)
 static const flag flags[] = {
     {"--backend", K_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
-    {"--mechanism", K_STR, OFF(mechanism), "M", "vla", "softmax|linear|delta|vla (deltanet: not available yet)"},
+    {"--mechanism", K_STR, OFF(mechanism), "M", "vla", "softmax|linear|delta|vla|deltanet (below)"},
     {"--task", K_STR, OFF(task), "T", "mqar", "mqar|mqar-zoology|copy|copy-paper (below)"},
     {"--pairs", K_INT, OFF(pairs), "N", "24", "key-value pairs (mqar, mqar-zoology)"},
     {"--seq-len", K_INT, OFF(seq_len), "T", "mqar 3n+1, mqar-zoology 4n, copy 64", "sequence length"},
@@ -111,8 +111,10 @@ static const flag flags[] = {
      "stop after step S with a checkpoint, as an interrupt would"},
     {"--threads", K_INT, OFF(threads), "N", "0: OpenMP's default", "cpu threads"},
     {"--out", K_STR, OFF(out), "DIR", "train-<mechanism>-<task>-seed<seed>",
-     "run directory: train.csv, checkpoint.bin"},
+     "run directory: train.csv, checkpoint.bin, summary.csv (profile.csv)"},
     {"--resume", K_BOOL, OFF(resume), NULL, "off", "continue the run in --out from its checkpoint"},
+    {"--profile", K_BOOL, OFF(profile), NULL, "off",
+     "time each step's attention op, matrix products and the rest (below; slows the run)"},
     {"--version", K_BOOL, OFF(version), NULL, "", "print the version and exit"},
     {"--help", K_BOOL, OFF(help), NULL, "", "print this help and exit"},
 };
@@ -133,8 +135,9 @@ static void print_help(void) {
     printf(
         "\nMechanisms: softmax (causal, scale 1/sqrt(dh)); linear (elu+1 features); delta (standard DeltaNet,\n"
         "beta = sigmoid(w . x + b) per head; not in the paper: an extra baseline); vla (the library's `paper`\n"
-        "preset, u = Wu k_raw, LayerNorm before Wo); deltanet (the paper's DeltaNet, per-row gate): not\n"
-        "available yet.\n"
+        "preset, u = Wu k_raw, LayerNorm before Wo); deltanet (the paper's DeltaNet: elu+1 on q, k normalised,\n"
+        "a gate g = sigmoid(Wg x + bg) per head and state row, S = diag(g) S + (v - S k) k^T, o = S q, no\n"
+        "write strength, no denominator; the library's delta-paper op).\n"
         "\nTasks (V = 128, token 127 the separator; targets elsewhere are ignored):\n"
         "  mqar          the paper's MQAR: k1 v1 .. kn vn SEP q1 q2 ..; keys distinct from 0..126, values\n"
         "                uniform with replacement, queries keys drawn with replacement; the target sits at\n"
@@ -160,6 +163,22 @@ static void print_help(void) {
         "--resume, settings not given are the checkpoint's; given ones must match it (the reporting\n"
         "flags --log-every, --eval-*, --ckpt-every may change). Ctrl-C saves a checkpoint and stops\n"
         "(exit 130).\n"
+        "At the end: the final state norms on the first evaluation batch, one line 'state: layer 0 |S| x |A| y;\n"
+        "...' (per layer the mean over batch and heads of ||S_T||_F, and of ||A_T||_F for vla; n/a where a\n"
+        "mechanism has no such state), and DIR/summary.csv (one header, one row: backend, mechanism, task,\n"
+        "pairs, seq_len, steps, batch, lr, warmup, seed, eval_batches, eval_batch, final_loss,\n"
+        "final_train_acc, eval_acc, wall_s, ms_per_step, S_norm_mean, S_norm_max, A_norm_mean, A_norm_max,\n"
+        "status), written atomically, also when interrupted (status 'interrupted', what is known; the rest\n"
+        "'nan'). wall_s and ms_per_step (the training loop's wall time per step without the evaluations)\n"
+        "count this invocation's steps; final_loss and final_train_acc are the last step's. A resumed run\n"
+        "with no step left keeps the summary.csv it has.\n"
+        "--profile: each step's host time in the attention op (forward and backward), in the matrix products\n"
+        "(the nn GEMM calls) and the rest (batch generation and upload, the other ops, the update), with a\n"
+        "device synchronisation before every timer read: the profiled run is slower than an unprofiled one\n"
+        "(a GPU no longer overlaps its work with the host's), so take the speed from an unprofiled run and\n"
+        "the shares from this one. At the end a line 'profile: attention X ms/step (P%%), gemm Y ms/step\n"
+        "(P%%), rest Z ms/step (P%%), total T ms/step' (means over the steps, the first left out as warm-up\n"
+        "when there are more) and DIR/profile.csv (step,attention_ms,gemm_ms,rest_ms,total_ms: a row a step).\n"
         "Exit status: 0 done, 1 bad input or failure, 2 bad command line, 130 interrupted; on failure\n"
         "one line on stderr and no existing file changed.\n");
 }
@@ -254,7 +273,8 @@ static int settings_from_opts(const opts *o, run *r) {
     tr_task_kind tk;
     char err[512];
     if (tm_mixer_from_name(o->mechanism, &mix))
-        return fail(EXIT_USAGE, "--mechanism", "unknown mechanism '%s' (softmax, linear, delta, vla)", o->mechanism);
+        return fail(EXIT_USAGE, "--mechanism", "unknown mechanism '%s' (softmax, linear, delta, vla, deltanet)",
+                    o->mechanism);
     if (tr_task_from_name(o->task, &tk))
         return fail(EXIT_USAGE, "--task", "unknown task '%s' (mqar, mqar-zoology, copy, copy-paper)", o->task);
     tm_config_paper(&r->cfg, mix);
@@ -391,7 +411,13 @@ typedef struct ctx {
     int32_t *tok, *tgt;
     float *host_logits, *host_params, *host_moments;
     long eval_hits, eval_count; /* of the last evaluation */
-    char ckpt_path[4200], csv_path[4200];
+    char ckpt_path[4200], csv_path[4200], summary_path[4200], profile_path[4200];
+    /* --profile: the model's running sums, and per profiled step its step number and
+     * (attention, gemm, rest, total) ms */
+    tm_profile prof;
+    int64_t *prof_step;
+    double *prof_ms;
+    size_t prof_n, prof_cap;
 } ctx;
 
 /* Exact-match accuracy over the target positions of the evaluation batches. */
@@ -443,16 +469,19 @@ static const char *task_words(const tr_task *t, char *buf, size_t n) {
 /* What the paper reports for this setting (TRAINER.md), or NULL. */
 static const char *paper_number(const run *r, char *buf, size_t n) {
     static const int pairs[5] = {8, 16, 24, 32, 48};
-    static const char *const t11[4][5] = {{"0.152", "0.091", "0.070", "0.057", "0.043"},
-                                          {"0.150", "0.091", "0.069", "0.056", "0.043"},
-                                          {NULL, NULL, NULL, NULL, NULL},
-                                          {"0.997", "0.990", "0.994", "0.623", "0.044"}};
-    static const char *const t9[4] = {"0.081 +- 0.002", "0.074 +- 0.003", NULL, "1.000 +- 0.000"};
+    /* Rows indexed by tm_mixer; delta (the standard DeltaNet) is not in the paper. */
+    static const char *const t11[TM_N_MIXERS][5] = {{"0.152", "0.091", "0.070", "0.057", "0.043"},
+                                                    {"0.150", "0.091", "0.069", "0.056", "0.043"},
+                                                    {NULL, NULL, NULL, NULL, NULL},
+                                                    {"0.997", "0.990", "0.994", "0.623", "0.044"},
+                                                    {"0.965", "0.009", "0.007", "0.008", "0.008"}};
+    static const char *const t9[TM_N_MIXERS] = {"0.081 +- 0.002", "0.074 +- 0.003", NULL, "1.000 +- 0.000",
+                                                "0.011 +- 0.002"};
     const int mix = r->cfg.mixer;
     if (r->task.kind == TR_TASK_COPY_PAPER)
         return snprintf(buf, n, "paper (Table 7): every model at 100%% by about step 150"), buf;
-    if (r->task.kind != TR_TASK_MQAR || r->task.T != 3 * r->task.pairs + 1 || mix > TM_VLA) return NULL;
-    if (mix == TM_DELTA) return NULL; /* the paper's DeltaNet is another mechanism (deltanet) */
+    if (r->task.kind != TR_TASK_MQAR || r->task.T != 3 * r->task.pairs + 1 || mix < 0 || mix >= TM_N_MIXERS)
+        return NULL;
     if (r->task.pairs == 24 && r->steps == 3000 && t9[mix])
         return snprintf(buf, n, "paper (Table 9, n = 24, seeds 42/123/999): %s", t9[mix]), buf;
     if (r->steps == 1000)
@@ -463,6 +492,56 @@ static const char *paper_number(const run *r, char *buf, size_t n) {
     return NULL;
 }
 
+static double now_ms(void) { return 1e3 * now_s(); }
+
+/* "state: layer 0 |S| x |A| y; layer 1 ...": the final state norms (tm_state_norms) of the
+ * first evaluation batch; their mean and max over layers into the summary. */
+static vla_status state_norms(ctx *c, tl_log *log, tl_summary *sum) {
+    tr_rng r;
+    seed_stream(&r, c->r.seed, STREAM_EVAL);
+    const int B = c->o.eval_batch, T = c->r.task.T, L = c->r.cfg.L;
+    double S[TM_MAX_LAYERS], A[TM_MAX_LAYERS];
+    tr_data_batch(&c->data, &r, B, c->tok, c->tgt);
+    vla_status s = tm_set_batch(&c->m, c->tok, c->tgt, B, T);
+    if (!s) s = tm_state_norms(&c->m, B, T, S, A);
+    if (s) return s;
+    char line[64 * TM_MAX_LAYERS + 16] = "state:";
+    size_t n = strlen(line);
+    sum->S_norm_mean = sum->A_norm_mean = 0.0, sum->S_norm_max = sum->A_norm_max = -INFINITY;
+    for (int l = 0; l < L; l++) {
+        char sv[32] = "n/a", av[32] = "n/a";
+        if (!isnan(S[l])) snprintf(sv, sizeof sv, "%.4g", S[l]);
+        if (!isnan(A[l])) snprintf(av, sizeof av, "%.4g", A[l]);
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s layer %d |S| %s |A| %s", l ? ";" : "", l, sv, av);
+        sum->S_norm_mean += S[l] / L, sum->A_norm_mean += A[l] / L; /* NaN stays NaN: no such state */
+        sum->S_norm_max = fmax(sum->S_norm_max, S[l]), sum->A_norm_max = fmax(sum->A_norm_max, A[l]);
+    }
+    if (isnan(S[0])) sum->S_norm_max = NAN; /* fmax drops NaNs; a mechanism has a state in every layer or none */
+    if (isnan(A[0])) sum->A_norm_max = NAN;
+    tl_print(log, "%s\n", line);
+    return VLA_OK;
+}
+
+/* --profile's closing line and DIR/profile.csv. Means over the profiled steps, the first left out
+ * when there are more (it compiles kernels, captures graphs, warms caches). */
+static int profile_report(ctx *c, tl_log *log) {
+    if (!c->o.profile || !c->prof_n) return 0;
+    const size_t first = c->prof_n > 1 ? 1 : 0, n = c->prof_n - first;
+    double mean[4] = {0, 0, 0, 0};
+    for (size_t i = first; i < c->prof_n; i++)
+        for (int j = 0; j < 4; j++) mean[j] += c->prof_ms[4 * i + j] / (double)n;
+    const double tot = mean[3] > 0 ? mean[3] : 1.0;
+    tl_print(log,
+             "profile: attention %.3f ms/step (%.1f%%), gemm %.3f ms/step (%.1f%%), rest %.3f ms/step (%.1f%%), "
+             "total %.3f ms/step (mean of %zu steps%s; synchronised timers: slower than an unprofiled run)\n",
+             mean[0], 100 * mean[0] / tot, mean[1], 100 * mean[1] / tot, mean[2], 100 * mean[2] / tot, mean[3], n,
+             first ? ", the first left out" : "");
+    char err[1024];
+    if (tl_profile_write(c->profile_path, c->prof_step, c->prof_ms, c->prof_n, err, sizeof err))
+        return fail(EXIT_FAILED, "--profile", "%s", err);
+    return 0;
+}
+
 static int train(ctx *c, int64_t step, tr_rng train_rng) {
     const run *r = &c->r;
     const opts *o = &c->o;
@@ -471,6 +550,13 @@ static int train(ctx *c, int64_t step, tr_rng train_rng) {
     tm_optim opt = {r->weight_decay, r->clip, 0.9, 0.999, 1e-8};
     char err[1024];
     tl_log log;
+    if (o->profile) {
+        c->prof_cap = (size_t)(stop > step ? stop - step : 0);
+        c->prof_step = malloc((c->prof_cap ? c->prof_cap : 1) * sizeof *c->prof_step);
+        c->prof_ms = malloc((c->prof_cap ? c->prof_cap : 1) * 4 * sizeof *c->prof_ms);
+        if (!c->prof_step || !c->prof_ms) return fail(EXIT_FAILED, "--profile", "out of host memory");
+        c->m.prof = &c->prof;
+    }
     if (tl_open(&log, c->csv_path, o->resume ? step : -1, err, sizeof err))
         return fail(EXIT_FAILED, "--out", "%s", err);
 
@@ -485,16 +571,24 @@ static int train(ctx *c, int64_t step, tr_rng train_rng) {
     int rc = 0;
     vla_status s = VLA_OK;
     const char *what = NULL;
-    double t_last = now_s(), t_start = t_last, eval_s = 0.0;
-    int64_t s_last = step;
+    double t_last = now_s(), t_start = t_last, eval_s = 0.0, eval_total_s = 0.0;
+    const int64_t first_step = step;
+    int64_t s_last = step, last_logged = -1;
     long hits = 0, count = 0;
-    double eval_acc = NAN;
+    double eval_acc = NAN, last_eval_acc = NAN, last_train_acc = NAN;
     while (step < N) {
+        /* --profile: the step's clock starts with the device idle and stops after its last read. */
+        double p0 = 0.0;
+        const double attn0 = c->prof.attention_ms, gemm0 = c->prof.gemm_ms;
+        what = "training";
+        if (o->profile) {
+            if ((s = vla_backend_synchronize(c->m.be))) break;
+            p0 = now_ms();
+        }
         tr_data_batch(&c->data, &train_rng, B, c->tok, c->tgt);
         const int logged = (step + 1) % o->log_every == 0 || step + 1 == N;
         const double lr = tm_lr_at(r->lr, step, N, r->warmup);
         /* The accuracy reads the logits before the backward turns them into their gradient. */
-        what = "training";
         s = tm_set_batch(&c->m, c->tok, c->tgt, B, T);
         if (!s) s = tm_forward(&c->m, B, T);
         if (!s && logged) s = tm_accuracy(&c->m, B, T, c->tgt, c->host_logits, &hits, &count);
@@ -502,17 +596,28 @@ static int train(ctx *c, int64_t step, tr_rng train_rng) {
         if (!s) s = tm_update(&c->m, &opt, lr, step + 1);
         if (s) break;
         step++;
+        float loss = NAN, norm = NAN;
         if (logged) {
-            float loss = NAN, norm = NAN;
             s = tm_read_loss(&c->m, &loss);
             if (!s && r->clip > 0) s = vla_buffer_download(c->m.norm, 0, &norm, sizeof norm);
             if (s) break;
+        }
+        if (o->profile && c->prof_n < c->prof_cap) {
+            if ((s = vla_backend_synchronize(c->m.be))) break;
+            double *row = c->prof_ms + 4 * c->prof_n;
+            row[3] = now_ms() - p0;
+            row[0] = c->prof.attention_ms - attn0, row[1] = c->prof.gemm_ms - gemm0;
+            row[2] = row[3] - row[0] - row[1];
+            c->prof_step[c->prof_n++] = step;
+        }
+        if (logged) {
             eval_acc = NAN;
             if (step == N || (o->eval_every > 0 && step % o->eval_every == 0)) {
                 const double t0 = now_s();
                 what = "evaluation";
                 if ((s = evaluate(c, &eval_acc))) break;
                 eval_s += now_s() - t0;
+                last_eval_acc = eval_acc;
             }
             const double t = now_s(), dt = t - t_last - eval_s;
             tl_row row;
@@ -524,7 +629,8 @@ static int train(ctx *c, int64_t step, tr_rng train_rng) {
             row.elapsed_s = t - t_start;
             row.eta_s = row.steps_per_s > 0 ? (double)(N - step) / row.steps_per_s : NAN;
             tl_row_write(&log, &row);
-            t_last = t, s_last = step, eval_s = 0.0;
+            t_last = t, s_last = step, eval_total_s += eval_s, eval_s = 0.0;
+            last_logged = step, last_train_acc = row.train_acc;
         }
         const int stopping = g_interrupt || step == stop;
         if (stopping || step == N || (o->ckpt_every > 0 && step % o->ckpt_every == 0)) {
@@ -544,16 +650,42 @@ static int train(ctx *c, int64_t step, tr_rng train_rng) {
             break;
         }
     }
+    const double loop_s = now_s() - t_start - eval_total_s - eval_s;
     if (!rc && s) {
         tl_close(&log);
         return lib_fail(what, s);
     }
+    if (rc && rc != EXIT_INTERRUPTED) { /* a failed checkpoint: no summary */
+        tl_close(&log);
+        return rc;
+    }
+    tl_summary sum;
+    memset(&sum, 0, sizeof sum);
+    sum.final_loss = sum.final_train_acc = sum.eval_acc = sum.ms_per_step = NAN;
+    sum.S_norm_mean = sum.S_norm_max = sum.A_norm_mean = sum.A_norm_max = NAN;
+    if (step > first_step) { /* the loss of the last step done; its accuracy if it was logged */
+        float loss;
+        if ((s = tm_read_loss(&c->m, &loss))) {
+            tl_close(&log);
+            return lib_fail("training", s);
+        }
+        sum.final_loss = loss;
+        if (last_logged == step) sum.final_train_acc = last_train_acc;
+        sum.ms_per_step = 1e3 * loop_s / (double)(step - first_step);
+    } else { /* a resumed run that had no step left: the last logged row, if it is this step's */
+        int64_t st;
+        double loss, acc;
+        if (tl_last_row(c->csv_path, &st, &loss, &acc) == 0 && st == step)
+            sum.final_loss = loss, sum.final_train_acc = acc;
+    }
+    sum.eval_acc = last_eval_acc;
     if (!rc && step == N) {
         long h = 0, n = 0;
         if (isnan(eval_acc) && (s = evaluate(c, &eval_acc))) {
             tl_close(&log);
             return lib_fail("evaluation", s);
         }
+        sum.eval_acc = eval_acc;
         h = c->eval_hits, n = c->eval_count;
         char tw[96];
         tl_print(&log, "eval: %s %s seed %llu, %lld steps: accuracy %.4f (%ld of %ld target positions, %d "
@@ -562,8 +694,28 @@ static int train(ctx *c, int64_t step, tr_rng train_rng) {
                  (unsigned long long)r->seed, (long long)N, eval_acc, h, n, o->eval_batches, o->eval_batch);
         char pb[160];
         if (paper_number(r, pb, sizeof pb)) tl_print(&log, "      %s\n", pb);
+        c->m.prof = NULL; /* the closing forward is not a training step */
+        if ((s = state_norms(c, &log, &sum))) {
+            tl_close(&log);
+            return lib_fail("state norms", s);
+        }
     }
+    int prc = profile_report(c, &log);
+    if (prc) {
+        tl_close(&log);
+        return prc;
+    }
+    sum.backend = vla_backend_name(c->m.be), sum.mechanism = tm_mixer_name(r->cfg.mixer);
+    sum.task = tr_task_name(r->task.kind);
+    sum.pairs = r->task.kind == TR_TASK_MQAR || r->task.kind == TR_TASK_MQAR_ZOOLOGY ? r->task.pairs : 0;
+    sum.seq_len = T, sum.steps = N, sum.batch = B, sum.lr = r->lr, sum.warmup = r->warmup, sum.seed = r->seed;
+    sum.eval_batches = o->eval_batches, sum.eval_batch = o->eval_batch;
+    sum.wall_s = now_s() - t_start;
+    sum.status = step == N && !rc ? "done" : "interrupted";
     tl_close(&log);
+    /* A resumed run that had no step left keeps the summary written when it finished (its timings). */
+    if (first_step == N && exists(c->summary_path)) return rc;
+    if (tl_summary_write(c->summary_path, &sum, err, sizeof err)) return fail(EXIT_FAILED, "--out", "%s", err);
     return rc;
 }
 
@@ -583,6 +735,8 @@ int main(int argc, char **argv) {
     }
     snprintf(c.ckpt_path, sizeof c.ckpt_path, "%s/checkpoint.bin", o->out);
     snprintf(c.csv_path, sizeof c.csv_path, "%s/train.csv", o->out);
+    snprintf(c.summary_path, sizeof c.summary_path, "%s/summary.csv", o->out);
+    snprintf(c.profile_path, sizeof c.profile_path, "%s/profile.csv", o->out);
 
     /* Settings: from the command line, or (resume) from the checkpoint. Nothing is written until
      * they are known to be good. */
@@ -672,13 +826,14 @@ int main(int argc, char **argv) {
            task_words(&r->task, tw, sizeof tw), r->batch, (long long)r->steps, r->lr, (long long)r->warmup,
            r->weight_decay, r->clip, (unsigned long long)r->seed);
     if (o->resume) printf("resuming %s at step %lld\n", c.ckpt_path, (long long)step);
-    printf("out: %s (train.csv, checkpoint.bin)\n", o->out);
+    printf("out: %s (train.csv, checkpoint.bin, summary.csv%s)\n", o->out, o->profile ? ", profile.csv" : "");
     fflush(stdout);
     rc = train(&c, step, train_rng);
 
 out_free:
     tr_data_free(&c.data);
     free(c.tok), free(c.tgt), free(c.host_logits), free(c.host_params), free(c.host_moments);
+    free(c.prof_step), free(c.prof_ms);
     tm_destroy(&c.m);
 out_close:
     vla_backend_close(be);

@@ -107,3 +107,72 @@ void tl_close(tl_log *g) {
     if (g->csv) fclose(g->csv);
     g->csv = NULL;
 }
+
+int tl_last_row(const char *path, int64_t *step, double *loss, double *train_acc) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024], last[1024] = "";
+    while (fgets(line, sizeof line, f))
+        if (line[0] >= '0' && line[0] <= '9') memcpy(last, line, sizeof last);
+    fclose(f);
+    long long st;
+    double lr;
+    if (sscanf(last, "%lld,%lf,%lf,%lf", &st, &lr, loss, train_acc) != 4) return -1;
+    *step = st;
+    return 0;
+}
+
+/* ---- whole files written at once ------------------------------------------------------------ */
+
+/* Opens a temporary file beside path; commit_tmp renames it over path (or removes it on error). */
+static FILE *open_tmp(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
+    snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) snprintf(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+    return f;
+}
+
+static int commit_tmp(FILE *f, const char *tmp, const char *path, char *err, size_t errlen) {
+    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* %.9g, or "nan" whatever the C library prints for a NaN. */
+static void put_num(FILE *f, double x) {
+    if (isnan(x)) fputs("nan", f);
+    else fprintf(f, "%.9g", x);
+}
+
+int tl_summary_write(const char *path, const tl_summary *s, char *err, size_t errlen) {
+    char tmp[4200];
+    FILE *f = open_tmp(path, tmp, sizeof tmp, err, errlen);
+    if (!f) return -1;
+    fputs("backend,mechanism,task,pairs,seq_len,steps,batch,lr,warmup,seed,eval_batches,eval_batch,final_loss,"
+          "final_train_acc,eval_acc,wall_s,ms_per_step,S_norm_mean,S_norm_max,A_norm_mean,A_norm_max,status\n",
+          f);
+    fprintf(f, "%s,%s,%s,%d,%d,%lld,%d,%.9g,%lld,%llu,%d,%d", s->backend, s->mechanism, s->task, s->pairs, s->seq_len,
+            (long long)s->steps, s->batch, s->lr, (long long)s->warmup, (unsigned long long)s->seed, s->eval_batches,
+            s->eval_batch);
+    const double nums[] = {s->final_loss, s->final_train_acc, s->eval_acc,  s->wall_s,     s->ms_per_step,
+                           s->S_norm_mean, s->S_norm_max,     s->A_norm_mean, s->A_norm_max};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) fputc(',', f), put_num(f, nums[i]);
+    fprintf(f, ",%s\n", s->status);
+    return commit_tmp(f, tmp, path, err, errlen);
+}
+
+int tl_profile_write(const char *path, const int64_t *steps, const double *ms, size_t n, char *err, size_t errlen) {
+    char tmp[4200];
+    FILE *f = open_tmp(path, tmp, sizeof tmp, err, errlen);
+    if (!f) return -1;
+    fputs("step,attention_ms,gemm_ms,rest_ms,total_ms\n", f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%lld,%.4f,%.4f,%.4f,%.4f\n", (long long)steps[i], ms[4 * i], ms[4 * i + 1], ms[4 * i + 2],
+                ms[4 * i + 3]);
+    return commit_tmp(f, tmp, path, err, errlen);
+}

@@ -1,5 +1,5 @@
 /* vla-train's progress: the status line (one line rewritten in place on a terminal, plain lines
- * otherwise) and the CSV log of every logged step.
+ * otherwise) and the CSV log of every logged step; the run's summary and profile files.
  *
  * CSV columns (header line first): step,lr,loss,train_acc,grad_norm,eval_acc,steps_per_s,
  * tokens_per_s,elapsed_s. The first five are a function of the run's settings alone (on the CPU
@@ -40,5 +40,31 @@ void tl_print(tl_log *g, const char *fmt, ...)
 #endif
     ;
 void tl_close(tl_log *g);
+
+/* The last row of the CSV log at path: its step, loss and train_acc. 0, or -1 when there is no
+ * row (or no file). */
+int tl_last_row(const char *path, int64_t *step, double *loss, double *train_acc);
+
+/* DIR/summary.csv: one header line and one row describing a run (the experiment scripts read it):
+ *   backend,mechanism,task,pairs,seq_len,steps,batch,lr,warmup,seed,eval_batches,eval_batch,
+ *   final_loss,final_train_acc,eval_acc,wall_s,ms_per_step,S_norm_mean,S_norm_max,A_norm_mean,
+ *   A_norm_max,status
+ * NaN doubles are written "nan"; status is "done" or "interrupted". Written atomically (a
+ * temporary file, then rename). 0, or -1 with one line in err. */
+typedef struct tl_summary {
+    const char *backend, *mechanism, *task, *status;
+    int pairs, seq_len, batch, eval_batches, eval_batch;
+    int64_t steps, warmup;
+    uint64_t seed;
+    double lr, final_loss, final_train_acc, eval_acc, wall_s, ms_per_step;
+    double S_norm_mean, S_norm_max, A_norm_mean, A_norm_max;
+} tl_summary;
+int tl_summary_write(const char *path, const tl_summary *s, char *err, size_t errlen);
+
+/* DIR/profile.csv (vla-train --profile): a header and one row per profiled step,
+ *   step,attention_ms,gemm_ms,rest_ms,total_ms
+ * (host milliseconds; rest = total - attention - gemm). steps[i] and ms[4 i .. 4 i + 3] are row
+ * i. Written atomically. 0, or -1 with one line in err. */
+int tl_profile_write(const char *path, const int64_t *steps, const double *ms, size_t n, char *err, size_t errlen);
 
 #endif

@@ -4,12 +4,14 @@
  * so the parameter gradients are zeroed once per step and every scratch gradient right before
  * the call that accumulates into it; the attention op's backward OVERWRITES its outputs. Shapes
  * in the comments: M = B T rows. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LN_EPS 1e-5f
 #define INIT_STD 0.02
@@ -19,6 +21,41 @@
         vla_status s_ = (call);                                                                                       \
         if (s_ != VLA_OK) return s_;                                                                                  \
     } while (0)
+
+/* ---- profiling (tm_profile in model.h) -------------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+/* The clock after the work queued so far is done (0 when not profiling). */
+static vla_status prof_begin(tm_model *m, double *t0) {
+    *t0 = 0.0;
+    if (!m->prof) return VLA_OK;
+    TRY(vla_backend_synchronize(m->be));
+    *t0 = now_ms();
+    return VLA_OK;
+}
+
+/* After a call that returned s: waits for its work and adds the time since t0 to *acc. */
+static vla_status prof_end(tm_model *m, double t0, double *acc, vla_status s) {
+    if (!m->prof || s != VLA_OK) return s;
+    TRY(vla_backend_synchronize(m->be));
+    *acc += now_ms() - t0;
+    return VLA_OK;
+}
+
+/* TIMED(gemm_ms, call): the call, returning its status on failure, timed when profiling. */
+#define TIMED(slot, call)                                                                                             \
+    do {                                                                                                              \
+        double t0_;                                                                                                   \
+        TRY(prof_begin(m, &t0_));                                                                                     \
+        TRY(prof_end(m, t0_, m->prof ? &m->prof->slot : NULL, (call)));                                               \
+    } while (0)
+#define GEMM(call) TIMED(gemm_ms, call)
+#define ATTN(call) TIMED(attention_ms, call)
 
 static const char *const mixer_names[TM_N_MIXERS] = {"softmax", "linear", "delta", "vla", "deltanet"};
 
@@ -40,11 +77,6 @@ void tm_config_paper(tm_config *c, tm_mixer m) {
 
 int tm_config_check(const tm_config *c, char *err, size_t errlen) {
     if ((unsigned)c->mixer >= TM_N_MIXERS) return snprintf(err, errlen, "unknown mixer %d", (int)c->mixer), -1;
-    if (c->mixer == TM_DELTANET)
-        return snprintf(err, errlen,
-                        "deltanet (the paper's DeltaNet: per-row gate, no write strength, VLA-MATH 1) is not available "
-                        "yet: libvla has no op for it; 'delta' is the standard DeltaNet"),
-               -1;
     if (c->V < 2 || c->d < 1 || c->H < 1 || c->F < 1 || c->max_T < 1)
         return snprintf(err, errlen, "V = %d, d = %d, H = %d, F = %d, max_T = %d: each must be positive (V >= 2)",
                         c->V, c->d, c->H, c->F, c->max_T),
@@ -105,6 +137,7 @@ static tm_acts act_layout(const tm_config *c, size_t M) {
     PUT(A.dres, M * d), PUT(A.dh, M * d);
     PUT(A.dF1, M * F), PUT(A.dF2, M * F);
     if (c->mixer == TM_DELTA) PUT(A.dbp, M * (size_t)c->H);
+    if (c->mixer == TM_DELTANET) PUT(A.dgp, M * d);
 #undef PUT
     A.total = o;
     return A;
@@ -123,10 +156,11 @@ void tm_destroy(tm_model *m) {
     for (int l = 0; l < TM_MAX_LAYERS; l++) {
         tm_layer_bufs *b = &m->lb[l];
         vla_buffer_free(b->q), vla_buffer_free(b->k), vla_buffer_free(b->v), vla_buffer_free(b->o);
-        vla_buffer_free(b->u), vla_buffer_free(b->beta);
+        vla_buffer_free(b->u), vla_buffer_free(b->beta), vla_buffer_free(b->gate);
+        vla_buffer_free(b->S_out), vla_buffer_free(b->A_out);
     }
     vla_buffer_free(m->dO), vla_buffer_free(m->dq), vla_buffer_free(m->dk), vla_buffer_free(m->dv);
-    vla_buffer_free(m->du), vla_buffer_free(m->dbeta);
+    vla_buffer_free(m->du), vla_buffer_free(m->dbeta), vla_buffer_free(m->dgate);
     memset(m, 0, sizeof *m);
 }
 
@@ -147,6 +181,7 @@ static vla_status create(tm_model *m) {
         TRY(alloc_f(be, Md, &b->o));
         if (c->mixer == TM_VLA) TRY(alloc_f(be, Md, &b->u));
         if (c->mixer == TM_DELTA) TRY(alloc_f(be, MH, &b->beta));
+        if (c->mixer == TM_DELTANET) TRY(alloc_f(be, Md, &b->gate));
     }
     TRY(alloc_f(be, Md, &m->dO));
     TRY(alloc_f(be, Md, &m->dq));
@@ -154,6 +189,7 @@ static vla_status create(tm_model *m) {
     TRY(alloc_f(be, Md, &m->dv));
     if (c->mixer == TM_VLA) TRY(alloc_f(be, Md, &m->du));
     if (c->mixer == TM_DELTA) TRY(alloc_f(be, MH, &m->dbeta));
+    if (c->mixer == TM_DELTANET) TRY(alloc_f(be, Md, &m->dgate));
     return VLA_OK;
 }
 
@@ -166,12 +202,15 @@ vla_status tm_create(tm_model *m, vla_backend *be, const tm_config *c, int Bmax,
     m->P = param_layout(c);
     m->A = act_layout(c, (size_t)Bmax * (size_t)Tmax);
     static const vla_mechanism mech[TM_N_MIXERS] = {VLA_MECH_SOFTMAX, VLA_MECH_LINEAR, VLA_MECH_DELTA, VLA_MECH_VLA,
-                                                    VLA_MECH_DELTA};
+                                                    VLA_MECH_DELTA_PAPER};
     vla_status s = vla_attn_desc_init(&m->desc, mech[c->mixer]);
     if (s == VLA_OK && c->mixer == TM_VLA) s = vla_attn_desc_preset(&m->desc, "paper");
     /* TRAINER.md's linear mixer divides by max(q~ . z, 1e-6); the op divides by q~ . z + eps,
      * the same to rounding with eps = 1e-6 (q~, z > 0). */
     if (c->mixer == TM_LINEAR) m->desc.eps = 1e-6;
+    /* deltanet: the paper's code normalises k with F.normalize, x / max(||x||, 1e-12); the op's
+     * normalize(x) = x / max(||x||, eps). Its feature map stays the default, elu1 on q. */
+    if (c->mixer == TM_DELTANET) m->desc.eps = 1e-12;
     if (s == VLA_OK) s = create(m);
     if (s != VLA_OK) {
         tm_config keep = m->cfg;
@@ -232,6 +271,8 @@ static vla_attn_args attn_args(const tm_model *m, int l, int B, int T) {
     a.q = b->q, a.k = b->k, a.v = b->v, a.o = b->o;
     a.u = b->u;       /* NULL except vla */
     a.beta = b->beta; /* NULL except delta */
+    a.g = b->gate;    /* NULL except deltanet */
+    a.S_out = b->S_out, a.A_out = b->A_out; /* NULL except in tm_state_norms */
     return a;
 }
 
@@ -245,29 +286,30 @@ static vla_status mixer_forward(tm_model *m, int l, int B, int T) {
     vla_buffer *P = m->params, *A = m->acts;
     const int M = B * T, d = c->d;
     const size_t dd = (size_t)d * d;
-    /* deltanet slots in here once the op exists: g [M, d] = sigmoid(h1 Wg^T + bg) into a per-layer
-     * gate buffer ([B, T, H, dh], one gate per state row) passed as the op's per-row gate, and in
-     * mixer_backward the same sigmoid + matmul backward as delta's beta, with Wg, bg. Until then
-     * tm_config_check refuses it. */
-    if (c->mixer == TM_DELTANET) return VLA_ERR_UNSUPPORTED;
     /* q, k, v [M, d] = h1 [M, d] times the three row blocks of Wqkv [3d, d], plus bias. */
-    TRY(vla_nn_matmul_forward(be, lb->q, 0, A, a->h1, P, p->Wqkv, P, p->bqkv, M, d, d));
-    TRY(vla_nn_matmul_forward(be, lb->k, 0, A, a->h1, P, p->Wqkv + dd, P, p->bqkv + d, M, d, d));
-    TRY(vla_nn_matmul_forward(be, lb->v, 0, A, a->h1, P, p->Wqkv + 2 * dd, P, p->bqkv + 2 * d, M, d, d));
+    GEMM(vla_nn_matmul_forward(be, lb->q, 0, A, a->h1, P, p->Wqkv, P, p->bqkv, M, d, d));
+    GEMM(vla_nn_matmul_forward(be, lb->k, 0, A, a->h1, P, p->Wqkv + dd, P, p->bqkv + d, M, d, d));
+    GEMM(vla_nn_matmul_forward(be, lb->v, 0, A, a->h1, P, p->Wqkv + 2 * dd, P, p->bqkv + 2 * d, M, d, d));
     if (c->mixer == TM_DELTA) { /* beta [M, H] = sigmoid(h1 Wbeta^T + bbeta) */
-        TRY(vla_nn_matmul_forward(be, lb->beta, 0, A, a->h1, P, p->Wbeta, P, p->bbeta, M, c->H, d));
+        GEMM(vla_nn_matmul_forward(be, lb->beta, 0, A, a->h1, P, p->Wbeta, P, p->bbeta, M, c->H, d));
         TRY(vla_nn_sigmoid_forward(be, lb->beta, 0, lb->beta, 0, (size_t)M * c->H));
     }
+    if (c->mixer == TM_DELTANET) { /* gate [M, d] = sigmoid(h1 Wg^T + bg): one per state row and head */
+        GEMM(vla_nn_matmul_forward(be, lb->gate, 0, A, a->h1, P, p->Wg, P, p->bg, M, d, d));
+        TRY(vla_nn_sigmoid_forward(be, lb->gate, 0, lb->gate, 0, (size_t)M * d));
+    }
     if (c->mixer == TM_VLA) /* u [M, d] = k_raw Wu^T: the merged raw keys, no bias */
-        TRY(vla_nn_matmul_forward(be, lb->u, 0, lb->k, 0, P, p->Wu, NULL, 0, M, d, d));
+        GEMM(vla_nn_matmul_forward(be, lb->u, 0, lb->k, 0, P, p->Wu, NULL, 0, M, d, d));
     vla_attn_args args = attn_args(m, l, B, T);
-    TRY(vla_attention_forward(be, &m->desc, &args));
+    ATTN(vla_attention_forward(be, &m->desc, &args));
     if (c->mixer == TM_VLA) { /* Wo(LayerNorm(o)) */
         TRY(vla_nn_layernorm_forward(be, A, a->lno, A, a->mo, A, a->ro, lb->o, 0, P, p->lnow, P, p->lnob, M, d,
                                      LN_EPS));
-        return vla_nn_matmul_forward(be, A, a->x_mid, A, a->lno, P, p->Wo, P, p->bo, M, d, d);
+        GEMM(vla_nn_matmul_forward(be, A, a->x_mid, A, a->lno, P, p->Wo, P, p->bo, M, d, d));
+        return VLA_OK;
     }
-    return vla_nn_matmul_forward(be, A, a->x_mid, lb->o, 0, P, p->Wo, P, p->bo, M, d, d);
+    GEMM(vla_nn_matmul_forward(be, A, a->x_mid, lb->o, 0, P, p->Wo, P, p->bo, M, d, d));
+    return VLA_OK;
 }
 
 vla_status tm_forward(tm_model *m, int B, int T) {
@@ -289,14 +331,15 @@ vla_status tm_forward(tm_model *m, int B, int T) {
         TRY(vla_nn_add_forward(be, A, ba->x_mid, A, ba->x_mid, A, a->res[l], Md)); /* x + Mixer(LN1(x)) */
         TRY(vla_nn_layernorm_forward(be, A, ba->h2, A, ba->m2, A, ba->r2, A, ba->x_mid, P, bp->ln2w, P, bp->ln2b,
                                      M, d, LN_EPS));
-        TRY(vla_nn_matmul_forward(be, A, ba->a, A, ba->h2, P, bp->W1, P, bp->b1, M, F, d));
+        GEMM(vla_nn_matmul_forward(be, A, ba->a, A, ba->h2, P, bp->W1, P, bp->b1, M, F, d));
         TRY(vla_nn_gelu_forward(be, A, ba->g, A, ba->a, (size_t)M * F));
-        TRY(vla_nn_matmul_forward(be, A, a->res[l + 1], A, ba->g, P, bp->W2, P, bp->b2, M, d, F));
+        GEMM(vla_nn_matmul_forward(be, A, a->res[l + 1], A, ba->g, P, bp->W2, P, bp->b2, M, d, F));
         TRY(vla_nn_add_forward(be, A, a->res[l + 1], A, a->res[l + 1], A, ba->x_mid, Md));
     }
     TRY(vla_nn_layernorm_forward(be, A, a->z, A, a->mf, A, a->rf, A, a->res[c->L], P, p->lnfw, P, p->lnfb, M, d,
                                  LN_EPS));
-    return vla_nn_matmul_forward(be, A, a->logits, A, a->z, P, p->wte, NULL, 0, M, c->V, d); /* tied head */
+    GEMM(vla_nn_matmul_forward(be, A, a->logits, A, a->z, P, p->wte, NULL, 0, M, c->V, d)); /* tied head */
+    return VLA_OK;
 }
 
 vla_status tm_loss(tm_model *m, int B, int T, float *loss) {
@@ -345,35 +388,42 @@ static vla_status mixer_backward(tm_model *m, int l, int B, int T) {
     TRY(vla_nn_fill(be, m->dO, 0, Md, 0.0f));
     if (c->mixer == TM_VLA) {
         TRY(vla_nn_fill(be, A, acts->dh, Md, 0.0f));
-        TRY(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wo, G, p->bo, A, acts->dres, A, a->lno, P, p->Wo, M, d, d));
+        GEMM(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wo, G, p->bo, A, acts->dres, A, a->lno, P, p->Wo, M, d, d));
         TRY(vla_nn_layernorm_backward(be, m->dO, 0, G, p->lnow, G, p->lnob, A, acts->dh, lb->o, 0, P, p->lnow, A,
                                       a->mo, A, a->ro, M, d));
     } else {
-        TRY(vla_nn_matmul_backward(be, m->dO, 0, G, p->Wo, G, p->bo, A, acts->dres, lb->o, 0, P, p->Wo, M, d, d));
+        GEMM(vla_nn_matmul_backward(be, m->dO, 0, G, p->Wo, G, p->bo, A, acts->dres, lb->o, 0, P, p->Wo, M, d, d));
     }
-    /* The op's backward overwrites dq, dk, dv [M, d] (and du [M, d], dbeta [M, H]). */
+    /* The op's backward overwrites dq, dk, dv [M, d] (and du [M, d], dbeta [M, H], dgate [M, d]). */
     vla_attn_args args = attn_args(m, l, B, T);
     vla_attn_grads g;
     memset(&g, 0, sizeof g);
     g.dO = m->dO, g.dq = m->dq, g.dk = m->dk, g.dv = m->dv;
     g.du = c->mixer == TM_VLA ? m->du : NULL;
     g.dbeta = c->mixer == TM_DELTA ? m->dbeta : NULL;
-    TRY(vla_attention_backward(be, &m->desc, &args, &g));
+    g.dg = c->mixer == TM_DELTANET ? m->dgate : NULL;
+    ATTN(vla_attention_backward(be, &m->desc, &args, &g));
     TRY(vla_nn_fill(be, A, acts->dh, Md, 0.0f));
     if (c->mixer == TM_DELTA) { /* beta = sigmoid(h1 Wbeta^T + bbeta) */
         const size_t MH = (size_t)M * c->H;
         TRY(vla_nn_fill(be, A, acts->dbp, MH, 0.0f));
         TRY(vla_nn_sigmoid_backward(be, A, acts->dbp, m->dbeta, 0, lb->beta, 0, MH));
-        TRY(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wbeta, G, p->bbeta, A, acts->dbp, A, a->h1, P, p->Wbeta, M,
-                                   c->H, d));
+        GEMM(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wbeta, G, p->bbeta, A, acts->dbp, A, a->h1, P, p->Wbeta,
+                                    M, c->H, d));
+    }
+    if (c->mixer == TM_DELTANET) { /* gate = sigmoid(h1 Wg^T + bg): the op's dg through the sigmoid, then Wg */
+        TRY(vla_nn_fill(be, A, acts->dgp, Md, 0.0f));
+        TRY(vla_nn_sigmoid_backward(be, A, acts->dgp, m->dgate, 0, lb->gate, 0, Md));
+        GEMM(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wg, G, p->bg, A, acts->dgp, A, a->h1, P, p->Wg, M, d, d));
     }
     if (c->mixer == TM_VLA) /* u = k_raw Wu^T: k_raw's gradient gathers du Wu on top of the op's dk */
-        TRY(vla_nn_matmul_backward(be, m->dk, 0, G, p->Wu, NULL, 0, m->du, 0, lb->k, 0, P, p->Wu, M, d, d));
-    TRY(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wqkv, G, p->bqkv, m->dq, 0, A, a->h1, P, p->Wqkv, M, d, d));
-    TRY(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wqkv + dd, G, p->bqkv + d, m->dk, 0, A, a->h1, P,
-                               p->Wqkv + dd, M, d, d));
-    return vla_nn_matmul_backward(be, A, acts->dh, G, p->Wqkv + 2 * dd, G, p->bqkv + 2 * d, m->dv, 0, A, a->h1, P,
-                                  p->Wqkv + 2 * dd, M, d, d);
+        GEMM(vla_nn_matmul_backward(be, m->dk, 0, G, p->Wu, NULL, 0, m->du, 0, lb->k, 0, P, p->Wu, M, d, d));
+    GEMM(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wqkv, G, p->bqkv, m->dq, 0, A, a->h1, P, p->Wqkv, M, d, d));
+    GEMM(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wqkv + dd, G, p->bqkv + d, m->dk, 0, A, a->h1, P,
+                                p->Wqkv + dd, M, d, d));
+    GEMM(vla_nn_matmul_backward(be, A, acts->dh, G, p->Wqkv + 2 * dd, G, p->bqkv + 2 * d, m->dv, 0, A, a->h1, P,
+                                p->Wqkv + 2 * dd, M, d, d));
+    return VLA_OK;
 }
 
 vla_status tm_backward(tm_model *m, int B, int T) {
@@ -389,7 +439,7 @@ vla_status tm_backward(tm_model *m, int B, int T) {
     /* loss, and dlogits [M, V] in place of the logits */
     TRY(vla_nn_crossentropy(be, A, a->loss, A, a->logits, A, a->logits, A, a->targets, M, c->V));
     TRY(vla_nn_fill(be, A, a->dh, Md, 0.0f)); /* dz */
-    TRY(vla_nn_matmul_backward(be, A, a->dh, G, p->wte, NULL, 0, A, a->logits, A, a->z, P, p->wte, M, c->V, d));
+    GEMM(vla_nn_matmul_backward(be, A, a->dh, G, p->wte, NULL, 0, A, a->logits, A, a->z, P, p->wte, M, c->V, d));
     TRY(vla_nn_fill(be, A, a->dres, Md, 0.0f));
     TRY(vla_nn_layernorm_backward(be, A, a->dres, G, p->lnfw, G, p->lnfb, A, a->dh, A, a->res[c->L], P, p->lnfw, A,
                                   a->mf, A, a->rf, M, d));
@@ -399,11 +449,11 @@ vla_status tm_backward(tm_model *m, int B, int T) {
         /* dres = dL/d res[l+1]. The FFN branch; the residual path needs no call: LN2's backward
          * adds into dres, which then is dL/dx_mid. */
         TRY(vla_nn_fill(be, A, a->dF2, MF, 0.0f));
-        TRY(vla_nn_matmul_backward(be, A, a->dF2, G, bp->W2, G, bp->b2, A, a->dres, A, ba->g, P, bp->W2, M, d, F));
+        GEMM(vla_nn_matmul_backward(be, A, a->dF2, G, bp->W2, G, bp->b2, A, a->dres, A, ba->g, P, bp->W2, M, d, F));
         TRY(vla_nn_fill(be, A, a->dF1, MF, 0.0f));
         TRY(vla_nn_gelu_backward(be, A, a->dF1, A, a->dF2, A, ba->a, MF));
         TRY(vla_nn_fill(be, A, a->dh, Md, 0.0f));
-        TRY(vla_nn_matmul_backward(be, A, a->dh, G, bp->W1, G, bp->b1, A, a->dF1, A, ba->h2, P, bp->W1, M, F, d));
+        GEMM(vla_nn_matmul_backward(be, A, a->dh, G, bp->W1, G, bp->b1, A, a->dF1, A, ba->h2, P, bp->W1, M, F, d));
         TRY(vla_nn_layernorm_backward(be, A, a->dres, G, bp->ln2w, G, bp->ln2b, A, a->dh, A, ba->x_mid, P, bp->ln2w,
                                       A, ba->m2, A, ba->r2, M, d));
         /* The mixer branch: dh = dL/dh1, then LN1's backward adds into dres = dL/d res[l]. */
@@ -412,6 +462,47 @@ vla_status tm_backward(tm_model *m, int B, int T) {
                                       A, ba->m1, A, ba->r1, M, d));
     }
     return vla_nn_embedding_backward(be, G, p->wte, G, p->wpe, A, a->dres, A, a->tokens, B, T, d, c->V);
+}
+
+/* ---- final states ------------------------------------------------------------------------------ */
+
+/* Mean over the n = B H matrices of x (each of r x c floats) of their Frobenius norms. */
+static double mean_frobenius(const float *x, size_t n, size_t rc) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double s = 0.0;
+        for (size_t j = 0; j < rc; j++) s += (double)x[i * rc + j] * x[i * rc + j];
+        sum += sqrt(s);
+    }
+    return sum / (double)n;
+}
+
+vla_status tm_state_norms(tm_model *m, int B, int T, double *S_norm, double *A_norm) {
+    const tm_config *c = &m->cfg;
+    const int has_S = c->mixer != TM_SOFTMAX, has_A = c->mixer == TM_VLA;
+    for (int l = 0; l < c->L; l++) S_norm[l] = A_norm[l] = NAN;
+    if (B < 1 || B > m->Bmax || T < 1 || T > m->Tmax) return VLA_ERR_INVALID_DIMENSION;
+    if (!has_S) return VLA_OK;
+    const size_t dh = (size_t)(c->d / c->H), n = (size_t)B * (size_t)c->H, nS = n * dh * dh;
+    float *host = malloc(nS * sizeof *host);
+    vla_status s = host ? VLA_OK : VLA_ERR_OUT_OF_MEMORY;
+    for (int l = 0; l < c->L && !s; l++) {
+        s = alloc_f(m->be, nS, &m->lb[l].S_out);
+        if (!s && has_A) s = alloc_f(m->be, nS, &m->lb[l].A_out); /* dk = dv: A is as large as S */
+    }
+    if (!s) s = tm_forward(m, B, T);
+    for (int l = 0; l < c->L && !s; l++) {
+        s = vla_buffer_download(m->lb[l].S_out, 0, host, nS * sizeof *host);
+        if (!s) S_norm[l] = mean_frobenius(host, n, dh * dh);
+        if (!s && has_A) s = vla_buffer_download(m->lb[l].A_out, 0, host, nS * sizeof *host);
+        if (!s && has_A) A_norm[l] = mean_frobenius(host, n, dh * dh);
+    }
+    for (int l = 0; l < c->L; l++) {
+        vla_buffer_free(m->lb[l].S_out), vla_buffer_free(m->lb[l].A_out);
+        m->lb[l].S_out = m->lb[l].A_out = NULL;
+    }
+    free(host);
+    return s;
 }
 
 /* ---- update ----------------------------------------------------------------------------------- */

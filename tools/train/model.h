@@ -16,9 +16,10 @@
  *             strength per head); the op's standard DeltaNet (k normalised inside), then Wo.
  *   vla       the same q, k, v (k is k_raw) and u = k_raw Wu^T (d -> d, no bias, on the merged
  *             raw keys); the op with the `paper` preset; then Wo(LayerNorm(o)).
- *   deltanet  the paper's variant (per-row gate g = sigmoid(h Wg^T + bg) [B, T, H, dh], no
- *             write strength: VLA-MATH 1, last subsection). Its parameters have a place in
- *             the layout, but the op does not exist yet: tm_config_check refuses it.
+ *   deltanet  the paper's variant (VLA-MATH 1, last subsection; the paper code's DeltaNetAttn):
+ *             the same q, k, v and a gate g = sigmoid(h Wg^T + bg) [M, d] = [B, T, H, dh], one
+ *             per state row; the op delta-paper (elu+1 on q and k normalised inside the op, no
+ *             write strength, no denominator), then Wo.
  * The one d -> 3d Linear is stored as one [3d, d] weight and applied as three matmuls over its
  * row blocks (rows 0..d-1 give q, d..2d-1 k, 2d..3d-1 v): the same Linear, written straight
  * into the three buffers the attention op takes (it takes whole buffers, without offsets).
@@ -27,8 +28,8 @@
  * table (tm_params), so the norm and the update are one call each; the activations the
  * backward needs and the backward's scratch are one flat buffer (tm_acts). The attention op's
  * tensors are whole buffers (its API has no offsets): per layer q, k, v, o (and u for vla,
- * beta for delta), and one shared set of its gradients. Everything is allocated by tm_create,
- * for up to Bmax x Tmax tokens; nothing is allocated per step. */
+ * beta for delta, the gate for deltanet), and one shared set of its gradients. Everything is
+ * allocated by tm_create, for up to Bmax x Tmax tokens; nothing is allocated per step. */
 #ifndef VLA_TRAIN_MODEL_H
 #define VLA_TRAIN_MODEL_H
 
@@ -105,6 +106,7 @@ typedef struct tm_acts {
     size_t dres, dh;                    /* backward scratch [M, d] */
     size_t dF1, dF2;                    /* [M, F] */
     size_t dbp;                         /* delta: gradient of beta before the sigmoid [M, H] */
+    size_t dgp;                         /* deltanet: gradient of the gate before the sigmoid [M, d] */
     size_t total;
 } tm_acts;
 
@@ -112,6 +114,8 @@ typedef struct tm_layer_bufs {
     vla_buffer *q, *k, *v, *o; /* [M, d] each: the attention op's inputs and output */
     vla_buffer *u;             /* vla [M, d] */
     vla_buffer *beta;          /* delta [M, H] */
+    vla_buffer *gate;          /* deltanet [M, d] = [B, T, H, dh] */
+    vla_buffer *S_out, *A_out; /* final states [B, H, dh, dh], only while tm_state_norms runs */
 } tm_layer_bufs;
 
 typedef struct tm_optim {
@@ -119,6 +123,14 @@ typedef struct tm_optim {
     double clip;         /* global-norm clip, 1.0; 0 = none */
     double beta1, beta2, eps;
 } tm_optim;
+
+/* Host milliseconds spent in the attention op (forward and backward) and in the matrix products
+ * (vla_nn_matmul_*), summed over the calls made while tm_model.prof points here. Each timed call
+ * is bracketed by vla_backend_synchronize, so that queued work is charged to the call that queued
+ * it; the synchronisations slow a step down (GPU backends), which is why profiling is optional. */
+typedef struct tm_profile {
+    double attention_ms, gemm_ms;
+} tm_profile;
 
 typedef struct tm_model {
     tm_config cfg;
@@ -129,7 +141,8 @@ typedef struct tm_model {
     vla_attn_desc desc;
     vla_buffer *params, *grads, *moments /* m at 0, v at P.total */, *acts, *norm;
     tm_layer_bufs lb[TM_MAX_LAYERS];
-    vla_buffer *dO, *dq, *dk, *dv, *du, *dbeta; /* the attention backward's, shared by the layers */
+    vla_buffer *dO, *dq, *dk, *dv, *du, *dbeta, *dgate; /* the attention backward's, shared by the layers */
+    tm_profile *prof; /* NULL: no timing (the default); else the calls add their times here */
 } tm_model;
 
 /* Lays out and allocates everything for batches of up to Bmax sequences of up to Tmax tokens
@@ -159,6 +172,13 @@ vla_status tm_backward(tm_model *m, int B, int T);
 vla_status tm_read_loss(tm_model *m, float *loss);
 /* One AdamW step at learning rate lr, bias-correction step t (1-based), global-norm clip. */
 vla_status tm_update(tm_model *m, const tm_optim *o, double lr, int64_t t);
+/* The final states of every layer for the batch set last (B <= Bmax, T <= Tmax): runs the
+ * forward with the op's final states returned and writes, per layer l, the mean over (batch,
+ * head) of ||S_T||_F into S_norm[l] and of ||A_T||_F into A_norm[l] (the paper's code:
+ * S.norm(dim=(-2,-1)).mean()). NaN where the mixer has no such state (softmax: neither; only vla
+ * has A). Allocates the state buffers for the call and frees them; the logits are overwritten. */
+vla_status tm_state_norms(tm_model *m, int B, int T, double *S_norm, double *A_norm);
+
 /* The learning rate of 0-based step s of N with W warmup steps (TRAINER.md, torch LambdaLR):
  * base s / W for s < W, then base 0.5 (1 + cos(pi (s - W) / (N - W))). */
 double tm_lr_at(double base, int64_t s, int64_t N, int64_t W);
