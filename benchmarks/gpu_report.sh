@@ -23,6 +23,10 @@
 #                 and opencl per mechanism at MQAR n = 24, T = 73, batch 64
 #                 (benchmarks/train_speed.sh), then the paper's own step
 #                 (.peers/paper_train_speed.py) at the same setting, and paper ms / ours ms
+#   paper         (--paper, or --only paper) the paper's experiments (issue #37):
+#                 benchmarks/reproduce_paper.sh --backend cuda within the stage's limit, its
+#                 results kept in /tmp/vla-paper-results (a later call on a warm machine continues
+#                 them) and copied, without checkpoints, to paper/ in the report
 #   sanitizers    compute-sanitizer over vla-check --backend cuda: memcheck, racecheck one
 #                 algorithm at a time, synccheck
 #   jit75         a compute_75-only build (PTX, JIT-compiled by the driver: the T4's code on this
@@ -54,6 +58,10 @@
 #   --peers LIST       comma-separated peers' scripts (default public_fwd.py; also public_fwdbwd.py)
 #   --backward         add the backward stage (off by default; up to 360 s of the deadline)
 #   --train            add the train stage (off by default; up to 250 s of the deadline)
+#   --paper            add the paper stage (off by default; what is left of the deadline)
+#   --paper-args ARGS  more reproduce_paper.sh flags for the paper stage, one string split at
+#                      spaces (e.g. "--only table11,table9 --mechanisms vla"; --results DIR replaces
+#                      /tmp/vla-paper-results)
 #   --baseline DIR     a source tree to compare with bit for bit (e.g. .baseline from
 #                      `fetch_device_deps.sh --baseline COMMIT`), built with the same --arch
 #   --quick            build, test_cuda, ctest, the two vla-checks and the target table (--quick)
@@ -83,9 +91,9 @@ OUTDIR=${OUT:-$ROOT/gpu-out}
 ENV_COMMIT=${VLA_COMMIT:-}
 NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null || echo 8) GATE=3000
 CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
-STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train sanitizers jit75 baseline peers)
+STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train paper sanitizers jit75 baseline peers)
 declare -A SKIP=()
-BACKWARD=0 TRAIN=0
+BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS=""
 
 die() { echo "gpu_report.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -103,6 +111,8 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --backward) BACKWARD=1 ;;
     --train) TRAIN=1 ;;
+    --paper) PAPER=1 ;;
+    --paper-args) PAPER_ARGS=${2?--paper-args needs a string}; shift ;;
     --only) ONLY=${2:?--only needs stage names}; shift ;;
     --skip-tests) SKIP[test_cuda]=1 SKIP[ctest]=1 ;;
     --skip-ctest) SKIP[ctest]=1 ;;
@@ -130,12 +140,14 @@ if [ "$QUICK" = 1 ]; then for s in gated sweep sdpa peers sanitizers jit75; do S
 [ "$BACKWARD" = 1 ] || [[ ",$ONLY," == *",backward,"* ]] || SKIP[backward]=1
 # So does the train stage: --train, or named in --only.
 [ "$TRAIN" = 1 ] || [[ ",$ONLY," == *",train,"* ]] || SKIP[train]=1
+# And the paper stage: --paper, or named in --only.
+[ "$PAPER" = 1 ] || [[ ",$ONLY," == *",paper,"* ]] || SKIP[paper]=1
 if [ -n "$ONLY" ]; then
   for s in "${STAGES[@]}"; do [[ ",$ONLY," == *",$s,"* ]] || SKIP[$s]=1; done
   for s in ${ONLY//,/ }; do [[ " ${STAGES[*]} " == *" $s "* ]] || die "--only: no stage '$s' (${STAGES[*]})"; done
   SKIP[build]=""
   # sdpa, peers and jit75 need no main build.
-  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|check_grad|targets|gated|sweep|backward|train|sanitizers|baseline|build), ]] || SKIP[build]=1
+  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|check_grad|targets|gated|sweep|backward|train|paper|sanitizers|baseline|build), ]] || SKIP[build]=1
 fi
 [ -n "$BASELINE" ] || SKIP[baseline]=1
 cd "$ROOT" || exit 2
@@ -379,7 +391,7 @@ st_backward() {
 # steps per mechanism, its batches made before the timing), then paper ms / ours ms. Files:
 # train/ (train_speed.md, .csv, the blocks and each run's logs), train-paper.txt (the paper
 # script's stdout), train-paper.csv (its CSV lines) and train-compare.md.
-PAPER_TRAIN_ARGS=(--mech "softmax,linear,delta,vla" --npairs 24 --batch 64 --warmup 5 --steps 30)
+PAPER_TRAIN_ARGS=(--mech "softmax,linear,deltanet,vla" --npairs 24 --batch 64 --warmup 5 --steps 30)
 st_train() {
   need "$B/tools/vla-train" || return
   local l bes=cuda rc=0 r src="" dir
@@ -412,30 +424,52 @@ st_train() {
 # CSV lines of paper_train_speed.py; where it gave no number, TRAINER.md's H200 figures: 5.1, 118,
 # 124 and 361 ms).
 train_compare() {
-  awk -F, 'BEGIN { ref["softmax"] = 5.1; ref["linear"] = 118; ref["delta"] = 124; ref["vla"] = 361
-                   split("softmax linear delta vla", order, " ") }
+  awk -F, 'BEGIN { ref["softmax"] = 5.1; ref["linear"] = 118; ref["deltanet"] = 124; ref["vla"] = 361
+                   split("softmax linear deltanet delta vla", order, " ") }
     FNR == 1 { for (i = 1; i <= NF; i++) col[FILENAME, $i] = i; next }
     FILENAME == ARGV[1] { be = $col[FILENAME, "backend"]; ms = $col[FILENAME, "ms_per_step"]
       if (!(be in seen)) { seen[be] = 1; bes[++nb] = be }
       if (ms != "") ours[be, $col[FILENAME, "mechanism"]] = ms; next }
-    { m = $col[FILENAME, "mech"]; if (m == "deltanet") m = "delta"; paper[m] = $col[FILENAME, "ms_per_step"] }
+    { paper[$col[FILENAME, "mech"]] = $col[FILENAME, "ms_per_step"] }
     END {
       printf "| mechanism | paper'"'"'s code, ms/step |"; for (j = 1; j <= nb; j++) printf " vla-train %s, ms/step | paper / %s |", bes[j], bes[j]
       printf "\n|---|--:|"; for (j = 1; j <= nb; j++) printf "--:|--:|"; printf "\n"
-      for (i = 1; i <= 4; i++) { m = order[i]; p = paper[m]; star = ""
-        if (p == "") { p = ref[m]; star = " *" }
-        printf "| %s | %s%s |", m == "delta" ? "delta (ours: standard DeltaNet; paper: its gated variant)" : m, p, star
+      for (i = 1; i <= 5; i++) { m = order[i]; p = paper[m]; star = ""
+        if (p == "" && m in ref) { p = ref[m]; star = " *" }
+        printf "| %s | %s%s |", m == "delta" ? "delta (the standard DeltaNet: not in the paper)" : m, p == "" ? "-" : p, star
         for (j = 1; j <= nb; j++) { o = ours[bes[j], m]
-          if (o == "") printf " - | - |"; else printf " %.3f | %." (p < o ? 2 : 1) "fx |", o, p / o }
+          if (o == "" || p == "") printf " %s | - |", o == "" ? "-" : sprintf("%.3f", o)
+          else printf " %.3f | %." (p < o ? 2 : 1) "fx |", o, p / o }
         printf "\n" }
       print ""
       print "paper: .peers/paper_train_speed.py in this run (its notebook 07 step in PyTorch, fp32, batches made"
       print "before the timing); * where it gave no number: TRAINER.md'"'"'s H200 figures (torch 2.11). ours: the"
-      print "median ms/step of benchmarks/train_speed.sh (batch generation on the host inside the step). The"
-      print "two delta rows are different recurrences: vla-train'"'"'s delta is the standard DeltaNet (a write"
-      print "strength per head), the paper'"'"'s DeltaNet has a per-row gate and none (vla-train'"'"'s deltanet, not"
-      print "available yet)."
+      print "median ms/step of benchmarks/train_speed.sh (batch generation on the host inside the step)."
+      print "deltanet is the paper'"'"'s DeltaNet (a gate per state row, no write strength); delta, the"
+      print "standard DeltaNet (a write strength per head), is not in the paper and has no paper figure."
     }' "$1" "$2"
+}
+# The paper stage: benchmarks/reproduce_paper.sh on cuda with the stage's limit as its deadline,
+# into PAPER_RES (kept between calls on a warm machine: a later call continues the runs not
+# done); then its folder, less the checkpoints of cut runs, is copied to paper/ in the report
+# (paper/tables.md: the tables; paper/README.md). Flags: --paper-args.
+PAPER_RES=/tmp/vla-paper-results
+st_paper() {
+  need "$B/tools/vla-train" || return
+  local l rc args=() res=$PAPER_RES i
+  read -r -a args <<< "$PAPER_ARGS"
+  for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[i]}" = --results ] && res=${args[i + 1]:-$res}; done
+  l=$(sublim 600)
+  x "$l" "$R/paper.log" + env VLA_COMMIT="$COMMIT" bash "$ROOT/benchmarks/reproduce_paper.sh" --build "$B" --backend cuda \
+    --results "$res" --deadline $((l > 30 ? l - 15 : (l > 1 ? l - 1 : 1))) --no-plots "${args[@]}"
+  rc=$?
+  ((DRY)) && return 0
+  rm -rf "$R/paper"
+  if [ -d "$res" ]; then
+    mkdir -p "$R/paper" && tar -C "$res" --exclude=checkpoint.bin -cf - . | tar -C "$R/paper" -xf -
+  fi
+  RESULT="reproduce_paper.sh exit $rc: $(grep -m 1 -o '^[0-9]* of [0-9]* planned runs done' "$R/paper/tables.md" 2> /dev/null || echo 'no tables.md')"
+  return $rc
 }
 st_sdpa() {
   local qk=()
@@ -596,6 +630,7 @@ write_readme() {
     section "Training step: vla-train (benchmarks/train_speed.sh)" "$R/train/train_speed.md" sed '1,2d'
     section "Training step: the paper's code (paper_train_speed.py)" "$R/train-paper.csv" csv_table
     section "Training step: paper ms / ours ms" "$R/train-compare.md"
+    section "The paper's experiments (benchmarks/reproduce_paper.sh)" "$R/paper/tables.md" sed '1,2d'
     section "compute-sanitizer over vla-check --backend cuda" "$R/sanitizers.txt" sed 's/^/    /'
     section "Against the baseline" "$R/baseline-compare.txt" sed 's/^/    /'
     printf '\n## Files\n\n'
@@ -655,6 +690,7 @@ stage sweep 90 st_sweep
 stage sdpa 90 st_sdpa
 stage backward 360 st_backward
 stage train 250 st_train
+stage paper 600 st_paper
 start_builds
 stage sanitizers 360 st_sanitizers
 stage jit75 200 st_jit75
