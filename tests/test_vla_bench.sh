@@ -13,8 +13,9 @@ pass() { echo "ok: $*"; }
 
 # shellcheck disable=SC2054 # -T takes a comma-separated list
 TINY=(-T 16,32 -B 1 -H 1 -d 8 -r 2 --budget 20)
-# 9 series (softmax fused; linear, delta: sequential, chunked; vla: 4) x 2 T values.
-ROWS=18
+# 10 series (softmax fused; linear, delta: sequential, chunked; vla: 4; delta-paper: sequential)
+# x 2 T values.
+ROWS=20
 HEADER='backend,device,mechanism,algo,B,H,T,dk,dv,median_ms,min_ms,max_ms,tokens_per_s,gflops,gbps'
 
 # ---- md ----
@@ -23,7 +24,7 @@ if "$BENCH" "${TINY[@]}" >"$TMP/out.md" 2>"$TMP/err.md"; then
     grep -q '^<!-- build: libvla ' "$TMP/out.md" || fail "md: no build comment"
     grep -q '^| backend | mechanism | algo |' "$TMP/out.md" || fail "md: no table header"
     # main-table rows: | backend | mechanism | ... (the summary table starts with the mechanism)
-    n=$(awk -F'|' '$3 ~ /^ (softmax|linear|delta|vla) $/' "$TMP/out.md" | wc -l)
+    n=$(awk -F'|' '$3 ~ /^ (softmax|linear|delta|vla|delta-paper) $/' "$TMP/out.md" | wc -l)
     [ "$n" -eq "$ROWS" ] || fail "md: $n table rows, expected $ROWS"
     grep -q '^### Summary' "$TMP/out.md" || fail "md: no summary"
     grep -q 'T = 4096 not in this run' "$TMP/out.md" || fail "md: no 'T = 4096 not in this run'"
@@ -71,7 +72,7 @@ for r in d["results"]:
 s = d["summary"]
 assert s["backend"] == d["backend"]
 assert s["paper"]["vla_crossover_T"] == 43000
-assert len(s["shapes"]) == 1 and len(s["shapes"][0]["series"]) == 9
+assert len(s["shapes"]) == 1 and len(s["shapes"][0]["series"]) == 10
 assert s["shapes"][0]["fused_vs_sequential"]["text"] == "T = 4096 not in this run"
 EOF
     else
@@ -85,9 +86,10 @@ else
 fi
 
 # ---- --backward: forward + backward beside the forward, for the backward's 7 series ----
-# softmax fused; linear, delta, vla: sequential, chunked (no scan, no two-level) x 2 T values.
+# softmax fused; linear, delta, vla: sequential, chunked (no scan, no two-level); delta-paper:
+# sequential; x 2 T values.
 # On the CPU backend, which has every backward (auto may pick a backend without one).
-BROWS=14
+BROWS=16
 BHEADER="$HEADER,fwdbwd_median_ms,fwdbwd_min_ms,fwdbwd_max_ms,ratio,bwd_gflop,fwdbwd_gflops,fwdbwd_gbps"
 if "$BENCH" "${TINY[@]}" --backend cpu --backward --output csv --save "$TMP/bwd" >"$TMP/bwd.out" 2>"$TMP/bwd.err"; then
     [ "$(head -1 "$TMP/bwd.csv")" = "$BHEADER" ] || fail "--backward csv: header is '$(head -1 "$TMP/bwd.csv")'"
@@ -110,7 +112,7 @@ if "$BENCH" "${TINY[@]}" --backend cpu --backward --output csv --save "$TMP/bwd"
     [ "$n" -eq "$BROWS" ] || fail "--backward: $n progress lines with fwd+bwd, expected $BROWS"
     grep -q '^| backend | mechanism | algo |.* fwd+bwd ms |.* (fwd+bwd)/fwd | bwd GFLOP |' "$TMP/bwd.md" ||
         fail "--backward md: no fwd+bwd columns"
-    n=$(awk -F'|' '$3 ~ /^ (softmax|linear|delta|vla) $/ && NF == 23' "$TMP/bwd.md" | wc -l)
+    n=$(awk -F'|' '$3 ~ /^ (softmax|linear|delta|vla|delta-paper) $/ && NF == 23' "$TMP/bwd.md" | wc -l)
     [ "$n" -eq "$BROWS" ] || fail "--backward md: $n table rows of 21 columns, expected $BROWS"
     grep -q 'fused-vs-sequential, forward + backward' "$TMP/bwd.md" || fail "--backward md: no fwd+bwd summary line"
     if command -v python3 >/dev/null 2>&1; then
@@ -127,7 +129,7 @@ for r in d["results"]:
     assert abs(b["ratio"] - b["fwdbwd_median_ms"] / r["median_ms"]) < 1e-6 * b["ratio"], r
     assert abs(b["fwdbwd_gflops"] - (r["flops"] + b["flops"]) / b["fwdbwd_median_ms"] / 1e6) < 1e-6 * b["fwdbwd_gflops"], r
 for sh in d["summary"]["shapes"]:
-    assert len(sh["series"]) == 7 and all("fwdbwd" in s for s in sh["series"])
+    assert len(sh["series"]) == 8 and all("fwdbwd" in s for s in sh["series"])
     assert "fwdbwd_fused_vs_sequential" in sh
 EOF
     fi
