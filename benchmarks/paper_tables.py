@@ -66,7 +66,7 @@ def run_result(rdir):
     """The outcome of one run folder: status done / interrupted / failed / not run and numbers."""
     r = {"status": "not run", "eval_acc": None, "final_loss": None, "wall_s": None, "ms_per_step": None,
          "S_mean": None, "S_max": None, "A_mean": None, "A_max": None, "last_step": None, "device": "",
-         "first99": None, "detail": ""}
+         "first99": None, "evals": [], "detail": ""}
     if not os.path.isdir(rdir):
         return r
     rows = []
@@ -82,9 +82,11 @@ def run_result(rdir):
         r["wall_s"] = num(rows[-1].get("elapsed_s"))
         for x in rows:
             a = num(x.get("eval_acc"))
-            if a is not None and a >= 0.99:
+            if a is None:
+                continue
+            r["evals"].append((int(x["step"]), a))
+            if a >= 0.99 and r["first99"] is None:
                 r["first99"] = int(x["step"])
-                break
     out = ""
     spath = os.path.join(rdir, "stdout.txt")
     if os.path.isfile(spath):
@@ -157,7 +159,7 @@ def result_from_row(row):
             "wall_s": num(row.get("wall_s")), "ms_per_step": num(row.get("ms_per_step")),
             "S_mean": num(row.get("S_norm_mean")), "S_max": num(row.get("S_norm_max")),
             "A_mean": num(row.get("A_norm_mean")), "A_max": num(row.get("A_norm_max")), "last_step": None,
-            "device": "", "first99": row.get("first_eval_ge_0.99") or None,
+            "device": "", "first99": row.get("first_eval_ge_0.99") or None, "evals": [],
             "detail": "" if word == st else st}
 
 
@@ -295,6 +297,14 @@ def write_tables(R):
     L.append("Mechanisms: `deltanet` is the paper's DeltaNet (a gate per head and state row, no write")
     L.append("strength); `delta` the standard DeltaNet (not in the paper: an extra baseline, no paper number).")
     L.append("Cells name a run's state where it has no number: not run, cut at step N, failed (the list at the end says why).")
+    if R.settings.startswith("quick"):
+        mq = [p for p in R.plan if p["task"] == "mqar" and p["experiment"] in ("table11", "table9")]
+        if mq:
+            ns = ", ".join(sorted({p["pairs"] for p in mq}, key=int))
+            st = ", ".join(sorted({p["steps"] for p in mq}, key=int))
+            L.append(f"**A reduced set (reproduce_paper.sh --quick): MQAR n = {ns}, {st} steps, batch 64, not the")
+            L.append("paper's setting** (the paper: n = 8 to 48, 1000 steps); chance is about 1/n (an answer among the")
+            L.append("n values in the context, without knowing which).")
     L.append("")
     best = {}
     sweep = [p for p in R.plan if p["experiment"] == "zoology-sweep"]
@@ -351,6 +361,27 @@ def write_tables(R):
                         c += f" ({PAPER_T11[m][PAPER_T11_N.index(n)]:.3f})"
                     row += f" {c} |"
                 L.append(row)
+        if any(n not in PAPER_T11_N for n in ns):
+            L.append("")
+            L.append(f"No paper number at n = {', '.join(str(n) for n in ns if n not in PAPER_T11_N)} "
+                     f"(the paper's n: {', '.join(map(str, PAPER_T11_N))}).")
+        # evaluated during training (--quick): when each mechanism learns
+        for s in steps:
+            for n in ns:
+                rr = {m: [p for p in t11 if p["mechanism"] == m and int(p["pairs"]) == n and int(p["steps"]) == s]
+                      for m in R.mechs}
+                curves = {m: R.get(v[0]["name"])["evals"] if v else [] for m, v in rr.items()}
+                at = sorted({st for c in curves.values() for st, _ in c})
+                if len(at) < 2:
+                    continue
+                L.append("")
+                L.append(f"Evaluation accuracy during training, n = {n}, {s} steps (the same evaluation batches each time):")
+                L.append("")
+                L.append("| mechanism |" + "".join(f" {st} |" for st in at))
+                L.append("|---|" + "--:|" * len(at))
+                for m in R.mechs:
+                    d = dict(curves[m])
+                    L.append(f"| {LABEL[m]} |" + "".join(f" {f3(d[st]) if st in d else '-'} |" for st in at))
         ts = R.rows("table11-seeds")
         if ts:
             ns2 = sorted({int(p["pairs"]) for p in ts})
