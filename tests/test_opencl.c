@@ -1,7 +1,7 @@
 /* The OpenCL backend's own behaviour (its numbers are vla-check's job): device names and
  * listing, unknown devices, buffers, out-of-memory before anything is written, NaN propagation,
- * the fp64 switch, synchronisation; and the paper's DeltaNet (delta-paper), forward and
- * backward, against the float64 reference (ref64). Skips (exit 77) when this machine has no
+ * the fp64 switch, synchronisation; the paper's DeltaNet (delta-paper), forward and backward,
+ * and the chunk-parallel form of the chunked algorithm, against the float64 reference (ref64). Skips (exit 77) when this machine has no
  * OpenCL device.
  * Runs without fork (CK_NOFORK): an OpenCL runtime must not be initialised before a fork. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -358,6 +358,112 @@ START_TEST(test_delta_paper) {
 }
 END_TEST
 
+/* ---- the chunk-parallel form of the chunked algorithm (ocl_chunkpar.c) against ref64 ----
+ * Each case runs in both forms of the kernels: the CPU form (one item a group, what PoCL runs)
+ * and the GPU form (many items a group, barriers between phases; VLA_OPENCL_CHUNKPAR_GPU=1),
+ * with the states in place. Metric: ||x - ref|| / ||ref|| over o and every final state, against
+ * ref64 on the same float32 inputs. Tolerance 2e-5 (VLA-MATH 3: float32 chunked forms land well
+ * under 1e-5 at lambda0 = 0.1, T <= 300), x3 for VLA on a device without fp64 (vla-check's
+ * NO_FP64_FACTOR). The per-head path (VLA_OPENCL_NO_CHUNKPAR=1) must give different bits on the
+ * many-chunk cases: the two sum in different orders, so equal bits would mean the switch did
+ * not take the form under test. */
+#define CP_TOL 2e-5
+
+typedef struct cp_case {
+    const char *name;
+    vla_mechanism mech;
+    int B, T, H, dk, dv, chunk;
+    int paper, normalize, has_u, has_beta, has_g, has_A0;
+    int64_t t0;
+} cp_case;
+
+static const cp_case cp_cases[] = {
+    {"linear", VLA_MECH_LINEAR, 2, 300, 3, 24, 20, 32, 0, 0, 0, 0, 0, 0, 0},
+    {"delta-beta-g", VLA_MECH_DELTA, 2, 300, 3, 24, 20, 32, 0, 0, 0, 1, 1, 0, 0},
+    {"delta-plain", VLA_MECH_DELTA, 1, 130, 2, 16, 16, 64, 0, 0, 0, 0, 0, 0, 0},
+    {"vla", VLA_MECH_VLA, 2, 300, 3, 24, 20, 32, 0, 0, 0, 0, 0, 0, 0},              /* A part chunk-parallel */
+    {"vla-d64-c64", VLA_MECH_VLA, 1, 200, 2, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0},
+    {"vla-normalized", VLA_MECH_VLA, 1, 150, 2, 16, 12, 16, 0, 1, 0, 0, 0, 0, 0},
+    {"vla-tail", VLA_MECH_VLA, 1, 37, 1, 5, 3, 16, 0, 0, 0, 0, 0, 0, 0},
+    {"vla-u", VLA_MECH_VLA, 1, 120, 2, 16, 16, 32, 0, 0, 1, 0, 0, 0, 0},            /* A part per head */
+    {"vla-A0", VLA_MECH_VLA, 1, 120, 2, 16, 16, 32, 0, 0, 0, 0, 0, 1, 0},
+    {"vla-paper-t0", VLA_MECH_VLA, 2, 61, 2, 16, 16, 64, 1, 0, 1, 0, 0, 0, 7},        /* R = 20 cuts chunks */
+};
+
+static int cp_run_case(const cp_case *c, const tu_problem *p, const vla_attn_desc *d, int inplace, int gpu_form,
+                       int off, tu_result *res) {
+    if (gpu_form) setenv("VLA_OPENCL_CHUNKPAR_GPU", "1", 1);
+    if (off) setenv("VLA_OPENCL_NO_CHUNKPAR", "1", 1);
+    vla_backend *b = open_ocl();
+    unsetenv("VLA_OPENCL_CHUNKPAR_GPU");
+    const vla_status s = tu_run(b, d, p, inplace, res);
+    ck_assert_msg(s == VLA_OK, "%s: %s", c->name, vla_backend_message(b));
+    unsetenv("VLA_OPENCL_NO_CHUNKPAR");
+    const int no64 = strstr(vla_backend_device(b), "no fp64") || strstr(vla_backend_device(b), "fp64 off");
+    vla_backend_close(b);
+    return no64;
+}
+
+START_TEST(test_chunkpar) {
+    const cp_case *c = &cp_cases[_i];
+    tu_rng r;
+    tu_seed(&r, test_seed() + 104729u * (uint64_t)_i);
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, c->mech), VLA_OK);
+    if (c->paper) ck_assert_int_eq(vla_attn_desc_preset(&d, "paper"), VLA_OK);
+    if (c->normalize) d.normalize_output = 1, d.feature_map = VLA_FMAP_ELU1;
+    d.algorithm = VLA_ALGO_CHUNKED;
+    d.chunk = c->chunk;
+    tu_problem p = {.B = c->B, .T = c->T, .H = c->H, .dk = c->dk, .dv = c->dv, .t0 = c->t0};
+    const size_t nqk = tu_nqk(&p), nvo = tu_nvo(&p), nbt = tu_nbt(&p);
+    float *q = tu_randn_new(&r, nqk), *k = tu_randn_new(&r, nqk), *v = tu_randn_new(&r, nvo);
+    float *u = c->has_u ? tu_randn_new(&r, nqk) : NULL, *beta = NULL, *g = NULL;
+    if (c->has_beta) beta = malloc(nbt * sizeof *beta), tu_randu(&r, beta, nbt, 0.1f, 1.0f);
+    if (c->has_g) g = malloc(nbt * sizeof *g), tu_randu(&r, g, nbt, 0.5f, 1.0f);
+    float *S0 = tu_rand_S0(&r, c->B, c->H, c->dk, c->dv);
+    float *A0 = tu_has_A(&d) && c->has_A0 ? tu_rand_A0(&r, c->B, c->H, c->dk, d.lambda0) : NULL;
+    float *n0 = tu_has_n(&d) ? tu_rand_n0(&r, c->B, c->H, c->dk) : NULL;
+    p.q = q, p.k = k, p.v = v, p.u = u, p.beta = beta, p.g = g, p.S0 = S0, p.A0 = A0, p.n0 = n0;
+    /* In place needs every state as an input; VLA without A0 (the chunk-parallel A part) runs
+     * out of place. */
+    const int inplace = !(tu_has_A(&d) && !A0);
+
+    const size_t nS = tu_nS(&p), nA = tu_nA(&p), nn = tu_nn(&p);
+    double *o_ref = malloc(nvo * sizeof(double)), *S_ref = malloc(nS * sizeof(double));
+    double *A_ref = malloc(nA * sizeof(double)), *n_ref = malloc(nn * sizeof(double));
+    ck_assert_int_eq(ref64_forward(&d, p.B, p.T, p.H, p.dk, p.dv, p.t0, q, k, v, u, beta, g, p.S0, A0, n0, o_ref,
+                                   S_ref, tu_has_A(&d) ? A_ref : NULL, tu_has_n(&d) ? n_ref : NULL),
+                     0);
+    float *o_form[2] = {NULL, NULL};
+    for (int form = 0; form < 2; form++) {
+        tu_result res;
+        const int no64 = cp_run_case(c, &p, &d, inplace, form, 0, &res);
+        const double tol = CP_TOL * (no64 && c->mech == VLA_MECH_VLA ? 3 : 1);
+        const double eo = res.o_unwritten ? INFINITY : tu_relerr(res.o, o_ref, nvo);
+        const double eS = res.S_unwritten ? INFINITY : tu_relerr(res.S, S_ref, nS);
+        const double eA = !res.A ? 0 : res.A_unwritten ? INFINITY : tu_relerr(res.A, A_ref, nA);
+        const double en = !res.n ? 0 : res.n_unwritten ? INFINITY : tu_relerr(res.n, n_ref, nn);
+        fprintf(stderr, "  chunkpar %-15s %s form: o %.2e S %.2e A %.2e n %.2e (tol %.0e)\n", c->name,
+                form ? "GPU" : "CPU", eo, eS, eA, en, tol);
+        ck_assert_msg(eo < tol && eS < tol && eA < tol && en < tol, "%s (%s form): o %.2e S %.2e A %.2e n %.2e", c->name,
+                      form ? "GPU" : "CPU", eo, eS, eA, en);
+        o_form[form] = res.o;
+        res.o = NULL;
+        tu_result_free(&res);
+    }
+    if (c->T >= 4 * c->chunk) {
+        tu_result res;
+        cp_run_case(c, &p, &d, inplace, 0, 1, &res);
+        ck_assert_msg(memcmp(res.o, o_form[0], nvo * sizeof(float)) != 0,
+                      "%s: the per-head path gave the same bits: is the chunk-parallel form switched off?", c->name);
+        tu_result_free(&res);
+    }
+    free(o_form[0]), free(o_form[1]);
+    free(q), free(k), free(v), free(u), free(beta), free(g), free(S0), free(A0), free(n0);
+    free(o_ref), free(S_ref), free(A_ref), free(n_ref);
+}
+END_TEST
+
 static Suite *opencl_suite(void) {
     Suite *s = suite_create("opencl");
     TCase *tc = tcase_create("backend");
@@ -375,6 +481,10 @@ static Suite *opencl_suite(void) {
     tcase_set_timeout(dp, 120);
     tcase_add_loop_test(dp, test_delta_paper, 0, (int)(sizeof dp_cases / sizeof dp_cases[0]));
     suite_add_tcase(s, dp);
+    TCase *cpt = tcase_create("chunkpar");
+    tcase_set_timeout(cpt, 120);
+    tcase_add_loop_test(cpt, test_chunkpar, 0, (int)(sizeof cp_cases / sizeof cp_cases[0]));
+    suite_add_tcase(s, cpt);
     return s;
 }
 

@@ -7,11 +7,14 @@
  *   (2) the chunk products of the chunked forms, Q W^T per chunk: batch x ([C, d] x [d, C]^T);
  *       own: the loop gdr_chunk_prep uses (one work-group per chunk, one item per element);
  *       CLBlast: SgemmStridedBatched (NT).
+ *   (3) the device's SGEMM rate: one CLBlast SGEMM of n x n x n (n = 256, 512, 1024), in GFLOP/s
+ *       (2 n^3 / time), the reference the chunk-parallel kernels' GFLOP/s are set against.
  *
  * Build and run (from the repository root; PoCL or any OpenCL device):
  *   cc -O2 -std=c11 -DCL_TARGET_OPENCL_VERSION=120 backends/opencl/bench_clblast.c \
  *      -lclblast -lOpenCL -lm -o /tmp/bench_clblast && /tmp/bench_clblast kernels/opencl 0 0
- * Prints median milliseconds over 7 runs after 2 warm-ups (OpenCL profiling events). */
+ * A fifth argument `sgemm` runs (3) alone. Prints median milliseconds over 9 runs after 2
+ * warm-ups (OpenCL profiling events; (3) by the host clock). */
 #define _POSIX_C_SOURCE 200809L
 #include <CL/cl.h>
 #include <clblast_c.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CHECK(x)                                                               \
     do {                                                                       \
@@ -88,9 +92,10 @@ static cl_mem rand_buf(cl_context ctx, cl_command_queue q, size_t n) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s KERNEL_DIR PLATFORM DEVICE\n", argv[0]);
+        fprintf(stderr, "usage: %s KERNEL_DIR PLATFORM DEVICE [sgemm]\n", argv[0]);
         return 2;
     }
+    const int only_sgemm = argc > 4 && strcmp(argv[4], "sgemm") == 0; /* (3) alone */
     cl_platform_id plats[8];
     cl_uint np = 0;
     CHECK(clGetPlatformIDs(8, plats, &np));
@@ -119,7 +124,7 @@ int main(int argc, char **argv) {
     const int reps = 9, warm = 2;
     double t_own[16], t_blas[16];
     /* (1) map composition, level s = 1 of a scan over n maps per head, 4 heads. */
-    for (int d = 32; d <= 64; d *= 2) {
+    for (int d = 32; !only_sgemm && d <= 64; d *= 2) {
         const int n = 2048, heads = 4, W = 2 * d, npairs = n / 2;
         const size_t msz = (size_t)d * W;
         cl_mem maps = rand_buf(ctx, queue, (size_t)heads * n * msz);
@@ -163,7 +168,7 @@ int main(int argc, char **argv) {
         clReleaseMemObject(tmp);
     }
     /* (2) chunk products Q W^T: T = 2048 in chunks of 64, 4 heads. */
-    for (int d = 32; d <= 64; d *= 2) {
+    for (int d = 32; !only_sgemm && d <= 64; d *= 2) {
         const int c = 64, batch = 4 * (2048 / 64);
         cl_mem Q = rand_buf(ctx, queue, (size_t)batch * c * d), Wm = rand_buf(ctx, queue, (size_t)batch * c * d);
         cl_mem M = rand_buf(ctx, queue, (size_t)batch * c * c);
@@ -195,6 +200,32 @@ int main(int argc, char **argv) {
         printf("| chunk Q W^T [C,d]x[d,C] | C=64 d=%d | %d | %.2f | %.2f |\n", d, batch, median(t_own, reps),
                median(t_blas, reps));
         clReleaseMemObject(Q), clReleaseMemObject(Wm), clReleaseMemObject(M);
+    }
+    /* (3) SGEMM rate, by the host clock around clFinish: CLBlast may enqueue several kernels
+     * (padding, transposes) for one call, and its event covers only the last. */
+    printf("\n| SGEMM n x n x n | ms | GFLOP/s |\n|--:|--:|--:|\n");
+    for (int n = 256; n <= 1024; n *= 2) {
+        cl_mem A = rand_buf(ctx, queue, (size_t)n * n), Bm = rand_buf(ctx, queue, (size_t)n * n);
+        cl_mem Cm = rand_buf(ctx, queue, (size_t)n * n);
+        for (int r = 0; r < warm + reps; r++) {
+            CHECK(clFinish(queue));
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            CLBlastStatusCode st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, (size_t)n,
+                                                (size_t)n, (size_t)n, 1.0f, A, 0, (size_t)n, Bm, 0, (size_t)n, 0.0f, Cm,
+                                                0, (size_t)n, &queue, NULL);
+            if (st != CLBlastSuccess) {
+                fprintf(stderr, "CLBlast status %d\n", (int)st);
+                return 1;
+            }
+            CHECK(clFinish(queue));
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            const double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+            if (r >= warm) t_blas[r - warm] = ms;
+        }
+        const double ms = median(t_blas, reps);
+        printf("| %d | %.2f | %.1f |\n", n, ms, 2.0 * n * n * (double)n / (ms * 1e6));
+        clReleaseMemObject(A), clReleaseMemObject(Bm), clReleaseMemObject(Cm);
     }
     return 0;
 }

@@ -7,7 +7,9 @@
  * Environment: VLA_OPENCL_NO_FP64=1 runs the A recurrence in float even on a device with
  * cl_khr_fp64, as it runs on a device without it (for tests). VLA_OPENCL_PROFILE=1 times every
  * kernel with profiling events and prints the totals to stderr at vla_backend_close.
- * VLA_OPENCL_NO_CLBLAST=1 keeps the scans in the own kernels in a build with CLBlast. */
+ * VLA_OPENCL_NO_CLBLAST=1 keeps the scans in the own kernels in a build with CLBlast.
+ * VLA_OPENCL_CHUNKPAR_GPU=1 runs the chunk-parallel kernels in their GPU form (many items a
+ * group) on any device, for tests; VLA_OPENCL_NO_CHUNKPAR=1 turns that form off (ocl_chunkpar.c). */
 #include "ocl_internal.h"
 
 #include <stdio.h>
@@ -267,6 +269,15 @@ static const struct {
     [OCL_K_GRAD_DP] = {"grad_dp", OCL_FAM_DELTA_PAPER},
     [OCL_K_DP_GRAD_PREP] = {"dp_grad_prep", OCL_FAM_DELTA_PAPER},
     [OCL_K_GRAD_DP_LOCAL] = {"grad_dp", OCL_FAM_DELTA_PAPER_LOCAL},
+    [OCL_K_CP_GRAM] = {"cp_gram", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_PREFIX] = {"cp_prefix", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_APART] = {"cp_apart", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_AEND] = {"cp_aend", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_SFAC] = {"cp_sfac", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK] = {"cp_walk", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_OUT] = {"cp_out", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_NSUM] = {"cp_nsum", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_NORM] = {"cp_norm", OCL_FAM_CHUNKPAR},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -280,6 +291,7 @@ static const char *const family_file[OCL_NFAM] = {
     [OCL_FAM_GRAD_VLA] = "grad_vla.cl",
     [OCL_FAM_DELTA_PAPER] = "delta_paper.cl",
     [OCL_FAM_DELTA_PAPER_LOCAL] = "delta_paper.cl",
+    [OCL_FAM_CHUNKPAR] = "chunkpar.cl",
 };
 /* A file a family's program takes between common.cl and its own (NULL: none). */
 static const char *const family_shared[OCL_NFAM] = {
@@ -313,7 +325,10 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
     cl_program prog = clCreateProgramWithSource(ctx->context, ntexts, texts, NULL, &err);
     if (err != CL_SUCCESS) return ocl_fail(b, err, "clCreateProgramWithSource", family_file[f]);
     /* No fast-math flags: the kernels must match the CPU backend up to ordinary rounding. */
-    const char *opts = ctx->fp64 ? "-cl-std=CL1.2 -DVLA_FP64=1" : "-cl-std=CL1.2";
+    char opts[96];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
+             /* chunkpar.cl on CPU devices: one item a group (ocl_chunkpar.c's cp_tune) */
+             f == OCL_FAM_CHUNKPAR && !ctx->cp_gpu ? " -DCP_ONE_ITEM=1" : "");
     err = clBuildProgram(prog, 1, &ctx->device, opts, NULL, NULL);
     if (err != CL_SUCCESS) {
         char log[VLA_MSG_LEN] = "";
@@ -481,6 +496,8 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     const char *no64 = getenv("VLA_OPENCL_NO_FP64");
     ctx->fp64 = device_has_fp64(dev) && !(no64 && no64[0] && strcmp(no64, "0") != 0);
     ctx->is_gpu = device_is_gpu(dev);
+    const char *cpg = getenv("VLA_OPENCL_CHUNKPAR_GPU"); /* tests: the GPU form on any device */
+    ctx->cp_gpu = ctx->is_gpu || (cpg && cpg[0] && strcmp(cpg, "0") != 0);
 #ifdef VLA_HAVE_CLBLAST
     const char *noblas = getenv("VLA_OPENCL_NO_CLBLAST");
     ctx->clblast = !(noblas && noblas[0] && strcmp(noblas, "0") != 0);

@@ -1,5 +1,6 @@
 /* OpenCL backend internals shared by ocl_backend.c (devices, context, buffers, programs),
- * ocl_ops.c (the attention op: workspace and kernel launches) and ocl_grad.c (its backward). */
+ * ocl_ops.c (the attention op: workspace and kernel launches), ocl_chunkpar.c (the chunked
+ * algorithm's chunk-parallel form) and ocl_grad.c (its backward). */
 #ifndef VLA_OCL_INTERNAL_H
 #define VLA_OCL_INTERNAL_H
 
@@ -24,6 +25,7 @@ typedef enum ocl_family {
     OCL_FAM_GRAD_VLA,          /* grad_linear_delta.cl + grad_vla.cl */
     OCL_FAM_DELTA_PAPER,       /* delta_paper.cl: the paper's DeltaNet, forward and backward */
     OCL_FAM_DELTA_PAPER_LOCAL, /* delta_paper.cl with DP_DST_LOCAL: the backward's adjoint in local memory */
+    OCL_FAM_CHUNKPAR,          /* chunkpar.cl: the chunk-parallel form (ocl_chunkpar.c) */
     OCL_NFAM
 } ocl_family;
 
@@ -59,6 +61,15 @@ typedef enum ocl_kernel_id {
     OCL_K_GRAD_DP,
     OCL_K_DP_GRAD_PREP,
     OCL_K_GRAD_DP_LOCAL,
+    OCL_K_CP_GRAM,
+    OCL_K_CP_PREFIX,
+    OCL_K_CP_APART,
+    OCL_K_CP_AEND,
+    OCL_K_CP_SFAC,
+    OCL_K_CP_WALK,
+    OCL_K_CP_OUT,
+    OCL_K_CP_NSUM,
+    OCL_K_CP_NORM,
     OCL_NK
 } ocl_kernel_id;
 
@@ -69,6 +80,7 @@ typedef enum ocl_ws {
     OCL_WS_WR, OCL_WS_Y, OCL_WS_MQ, OCL_WS_DM, OCL_WS_LM, OCL_WS_GAM, OCL_WS_DL,
     OCL_WS_ST, OCL_WS_ST2, OCL_WS_STSEG, OCL_WS_AT, OCL_WS_AF, OCL_WS_AD,
     OCL_WS_Z, OCL_WS_G, OCL_WS_M, OCL_WS_MAPS, OCL_WS_SEGMAPS, OCL_WS_STARTS, OCL_WS_TMP,
+    OCL_WS_CPX, OCL_WS_CPGR, OCL_WS_CPZ, OCL_WS_CPG, OCL_WS_CPO, OCL_WS_CPT, OCL_WS_CPN, /* chunk-parallel: X_j, M_j, Z, G, o, W^T, n */
     OCL_NWS
 } ocl_ws;
 
@@ -97,6 +109,7 @@ typedef struct ocl_ctx {
     cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_uint compute_units;
     int is_gpu;
+    int cp_gpu;             /* chunkpar.cl in its GPU form (many items a group): GPUs, or VLA_OPENCL_CHUNKPAR_GPU=1 */
     cl_program programs[OCL_NFAM]; /* built lazily, once per handle */
     cl_kernel kernels[OCL_NK];     /* created lazily from their family's program */
     size_t kernel_max_wg[OCL_NK];  /* CL_KERNEL_WORK_GROUP_SIZE */
@@ -136,6 +149,24 @@ extern const char *const ocl_kernel_names[OCL_NK + 1];
 vla_status ocl_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out);
 void ocl_ws_release(ocl_ctx *ctx);
+/* Makes workspace slot `w` hold at least `bytes` (0: the size overflowed). */
+vla_status ocl_ws_grow(vla_backend *b, ocl_ws w, size_t bytes);
+
+/* The chunk-parallel form of the chunked algorithm (ocl_chunkpar.c). ocl_cp_plan decides
+ * whether a call takes it (mode 0: no; 1: the S part chunk-parallel, VLA's A part by
+ * vla_a_chunked; 2: both), builds its kernels and sizes its workspace, before anything is
+ * queued. ocl_cp_forward enqueues it after prep and the start states: VLA's a_t (mode 2) into
+ * the AL slot and A_end into AF, the S part from ST (= X_0) to o and the final state in ST. */
+typedef struct ocl_cp_call {
+    int mode;
+    int T, H, dk, dv, BH, C, nch;
+    int residual, has_g;
+    cl_mem kr, w, q, v, g, o, starts;
+} ocl_cp_call;
+vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c);
+vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const ocl_cp_call *c);
+/* 1 when AUTO on a device that is not a GPU should take chunked (ocl_resolve). */
+int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a);
 
 /* The backward op (ocl_grad.c). */
 vla_status ocl_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g);

@@ -1,6 +1,7 @@
 /* The attention op on OpenCL: the algorithm choice, the workspace, and the launch sequence of
  * every mechanism x algorithm of VLA-MATH 2 (kernels in kernels/opencl/<family>.cl; the paper's
- * DeltaNet in forward_delta_paper, kernels in delta_paper.cl).
+ * DeltaNet in forward_delta_paper, kernels in delta_paper.cl). The chunked algorithm's
+ * chunk-parallel form is in ocl_chunkpar.c (hooked in forward: ocl_cp_plan, ocl_cp_forward).
  *
  * Every call goes: build/fetch every kernel it needs, size the workspace, then enqueue. Build
  * and allocation failures therefore happen before anything is written to the caller's buffers.
@@ -35,7 +36,8 @@
 static const char *const ws_names[OCL_NWS] = {
     "qf", "kf", "kh", "u", "w", "a", "Wr", "Y", "Mq", "D", "L", "gamma", "dl", "S", "S2", "S per segment",
     "A (recurrence)", "A", "A (fallback)", "Z", "G", "M", "affine maps", "segment maps", "chunk starts",
-    "scan products",
+    "scan products", "chunk start states", "Gram prefix", "Z per chunk", "G per chunk", "o rows", "W^T per chunk",
+    "n per chunk",
 };
 
 void ocl_ws_release(ocl_ctx *ctx) {
@@ -81,6 +83,8 @@ static vla_status ws(vla_backend *b, ocl_ws w, size_t bytes) {
     return VLA_OK;
 }
 
+vla_status ocl_ws_grow(vla_backend *b, ocl_ws w, size_t bytes) { return ws(b, w, bytes); }
+
 /* ---- launches ---- */
 
 typedef struct launch {
@@ -108,7 +112,8 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "softmax_fused", "gdr_sequential", "gdr_chunk_prep", "gdr_chunk_run", "vla_sequential", "vla_a_chunked",
     "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "grad_norm_den", "grad_norm", "grad_prep",
     "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "dp_prep", "dp_sequential", "grad_dp",
-    "dp_grad_prep", "grad_dp (local dS)", "CLBlast sgemm",
+    "dp_grad_prep", "grad_dp (local dS)", "cp_gram", "cp_prefix", "cp_apart", "cp_aend", "cp_sfac", "cp_walk",
+    "cp_out", "cp_nsum", "cp_norm", "CLBlast sgemm",
 };
 
 /* Enqueues `groups` work-groups of wg items. */
@@ -148,17 +153,18 @@ static vla_status zero_buf(vla_backend *b, cl_mem m, size_t bytes) {
 
 /* ---- algorithm choice ---- */
 
-/* AUTO: measured with vla-bench (benchmarks/results/2026-11-30-opencl-pocl-vs-cpu/README.md), the
- * sequential kernels beat the chunked and two-level ones on both devices tried, PoCL on 2 CPU
- * cores and an NVIDIA H200, at B=1 H=4 d=32 T=2048 and B=2 H=8 d=64 T=1024: the chunked A part
- * (vla_a_chunked) runs one work-group per head through c barrier-separated Cholesky steps per
- * chunk, and gdr_chunk_run has only dv work-items per head, so the chunk forms' arithmetic
- * advantage does not show at these sizes. Softmax has its one algorithm. */
+/* AUTO. GPUs: sequential for every mechanism but softmax, as measured on an NVIDIA H200 against
+ * the per-head chunked kernels (benchmarks/results/2026-11-30-opencl-h200/); the chunk-parallel
+ * form (ocl_chunkpar.c) has not been timed on a GPU yet. Other devices (PoCL on 2 CPU cores,
+ * B=1 H=4 d=32, ocl_cp_auto_chunked): chunked wherever the chunk-parallel form runs all of it
+ * (1.4-3.9x faster than sequential from T = 16 to 4096), sequential for decode-sized pieces and
+ * for VLA whose A part stays per head (R > 0, u or A_in given). Softmax has its one algorithm. */
 vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out) {
-    (void)b;
-    (void)a;
+    const ocl_ctx *ctx = b->context;
     if (d->algorithm != VLA_ALGO_AUTO) *out = d->algorithm; /* every algorithm VLA-MATH defines is implemented */
-    else *out = d->mechanism == VLA_MECH_SOFTMAX ? VLA_ALGO_FUSED : VLA_ALGO_SEQUENTIAL;
+    else if (d->mechanism == VLA_MECH_SOFTMAX) *out = VLA_ALGO_FUSED;
+    else if (!ctx->is_gpu && ocl_cp_auto_chunked(d, a)) *out = VLA_ALGO_CHUNKED;
+    else *out = VLA_ALGO_SEQUENTIAL;
     return VLA_OK;
 }
 
@@ -473,6 +479,9 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         if (err != CL_SUCCESS) return ocl_fail(b, err, "clEnqueueWriteBuffer", "(chunk starts)");
     }
     if (vla && d->refresh > 0) p->rphase = (int)(a->t0 % d->refresh);
+    /* The chunk-parallel form (ocl_chunkpar.c) where it applies: kernels and workspace now. */
+    ocl_cp_call cp = {.T = T, .H = H, .dk = dk, .dv = dv, .BH = BH, .C = p->C, .nch = p->nchunks};
+    if (algo == VLA_ALGO_CHUNKED) TRY(ocl_cp_plan(b, d, a, &cp));
 
     /* 3. Preparation: feature maps and normalisations, [B*H, T, dk]. */
     {
@@ -555,7 +564,7 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     } else {
         /* Chunked and two-level: (VLA) the A part chunk to chunk, then the S part. */
         const int C = p->C, nch = p->nchunks;
-        if (vla) {
+        if (vla && cp.mode != 2) {
             const size_t wg = wg_of(b, OCL_K_VLA_A_CHUNKED, imax(C, dk), &s);
             TRY(s);
             launch l = start(b, OCL_K_VLA_A_CHUNKED);
@@ -565,51 +574,57 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
                 a_flt(&l, (float)d->refresh_size), a_flt(&l, eps), a_int(&l, (int)BH);
             TRY(run(&l, BH, wg));
         }
-        {
-            const size_t wg = wg_of(b, OCL_K_GDR_CHUNK_PREP, imax(dk + dv, C), &s);
+        if (cp.mode) {
+            cp.residual = residual, cp.has_g = has_g, cp.kr = kr, cp.w = w, cp.q = WS(QF), cp.v = MEM(a->v);
+            cp.g = MEM(a->g), cp.o = MEM(a->o), cp.starts = WS(STARTS);
+            TRY(ocl_cp_forward(b, d, a, &cp));
+        } else {
+            {
+                const size_t wg = wg_of(b, OCL_K_GDR_CHUNK_PREP, imax(dk + dv, C), &s);
+                TRY(s);
+                launch l = start(b, OCL_K_GDR_CHUNK_PREP);
+                a_mem(&l, WS(STARTS)), a_int(&l, nch), a_mem(&l, kr), a_mem(&l, w), a_mem(&l, WS(QF)), a_mem(&l, MEM(a->v)),
+                    a_mem(&l, MEM(a->g)), a_int(&l, has_g), a_int(&l, residual), a_mem(&l, WS(WR)), a_mem(&l, WS(Y)),
+                    a_mem(&l, WS(MQ)), a_mem(&l, has_g ? WS(DM) : ctx->dummy), a_mem(&l, WS(LM)),
+                    a_mem(&l, has_g ? WS(GAM) : ctx->dummy), a_mem(&l, has_g ? WS(DL) : ctx->dummy), a_int(&l, T),
+                    a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_int(&l, C);
+                TRY(run(&l, (size_t)BH * nch, wg));
+            }
+            cl_mem STs = WS(ST);
+            if (algo == VLA_ALGO_TWO_LEVEL) {
+                const size_t wgm = wg_of(b, OCL_K_CHUNK_MAP, dk + dv, &s);
+                const size_t wgc = wg_of(b, OCL_K_SEG_COMPOSE, dk + dv, &s);
+                const size_t wga = wg_of(b, OCL_K_AFFINE_APPLY, dv, &s);
+                TRY(s);
+                launch m = start(b, OCL_K_CHUNK_MAP);
+                a_mem(&m, WS(STARTS)), a_int(&m, nch), a_mem(&m, WS(AL)), a_mem(&m, WS(WR)), a_mem(&m, WS(Y)),
+                    a_mem(&m, WS(MAPS)), a_int(&m, T), a_int(&m, dk), a_int(&m, dv);
+                TRY(run(&m, (size_t)BH * nch, wgm));
+                launch c = start(b, OCL_K_SEG_COMPOSE);
+                a_mem(&c, WS(MAPS)), a_int(&c, nch), a_int(&c, p->seg_chunks), a_int(&c, p->nseg), a_mem(&c, WS(SEGMAPS)),
+                    a_int(&c, dk), a_int(&c, dv);
+                TRY(run(&c, (size_t)BH * p->nseg, wgc));
+                TRY(scan_maps_levels(b, p, WS(SEGMAPS), p->nseg));
+                launch ap = start(b, OCL_K_AFFINE_APPLY);
+                a_mem(&ap, WS(SEGMAPS)), a_int(&ap, p->nseg), a_int(&ap, 0), a_int(&ap, 1), a_mem(&ap, WS(ST)),
+                    a_mem(&ap, WS(STSEG)), a_int(&ap, p->nseg), a_int(&ap, dk), a_int(&ap, dv);
+                TRY(run(&ap, (size_t)BH * p->nseg, wga));
+                STs = WS(STSEG);
+            }
+            const size_t wg = wg_of(b, OCL_K_GDR_CHUNK_RUN, dv, &s);
             TRY(s);
-            launch l = start(b, OCL_K_GDR_CHUNK_PREP);
-            a_mem(&l, WS(STARTS)), a_int(&l, nch), a_mem(&l, kr), a_mem(&l, w), a_mem(&l, WS(QF)), a_mem(&l, MEM(a->v)),
-                a_mem(&l, MEM(a->g)), a_int(&l, has_g), a_int(&l, residual), a_mem(&l, WS(WR)), a_mem(&l, WS(Y)),
-                a_mem(&l, WS(MQ)), a_mem(&l, has_g ? WS(DM) : ctx->dummy), a_mem(&l, WS(LM)),
-                a_mem(&l, has_g ? WS(GAM) : ctx->dummy), a_mem(&l, has_g ? WS(DL) : ctx->dummy), a_int(&l, T),
-                a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_int(&l, C);
-            TRY(run(&l, (size_t)BH * nch, wg));
+            launch l = start(b, OCL_K_GDR_CHUNK_RUN);
+            a_mem(&l, WS(STARTS)), a_int(&l, nch), a_int(&l, p->seg_chunks), a_int(&l, p->nseg), a_mem(&l, WS(QF)),
+                a_mem(&l, w), a_mem(&l, WS(WR)), a_mem(&l, WS(Y)), a_mem(&l, WS(MQ)),
+                a_mem(&l, has_g ? WS(GAM) : ctx->dummy), a_mem(&l, has_g ? WS(DL) : ctx->dummy), a_int(&l, has_g),
+                a_int(&l, residual), a_mem(&l, STs), a_mem(&l, WS(ST)), a_int(&l, STs != WS(ST)), a_mem(&l, MEM(a->o)),
+                a_int(&l, T), a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_int(&l, C);
+            TRY(run(&l, (size_t)BH * p->nseg, wg));
         }
-        cl_mem STs = WS(ST);
-        if (algo == VLA_ALGO_TWO_LEVEL) {
-            const size_t wgm = wg_of(b, OCL_K_CHUNK_MAP, dk + dv, &s);
-            const size_t wgc = wg_of(b, OCL_K_SEG_COMPOSE, dk + dv, &s);
-            const size_t wga = wg_of(b, OCL_K_AFFINE_APPLY, dv, &s);
-            TRY(s);
-            launch m = start(b, OCL_K_CHUNK_MAP);
-            a_mem(&m, WS(STARTS)), a_int(&m, nch), a_mem(&m, WS(AL)), a_mem(&m, WS(WR)), a_mem(&m, WS(Y)),
-                a_mem(&m, WS(MAPS)), a_int(&m, T), a_int(&m, dk), a_int(&m, dv);
-            TRY(run(&m, (size_t)BH * nch, wgm));
-            launch c = start(b, OCL_K_SEG_COMPOSE);
-            a_mem(&c, WS(MAPS)), a_int(&c, nch), a_int(&c, p->seg_chunks), a_int(&c, p->nseg), a_mem(&c, WS(SEGMAPS)),
-                a_int(&c, dk), a_int(&c, dv);
-            TRY(run(&c, (size_t)BH * p->nseg, wgc));
-            TRY(scan_maps_levels(b, p, WS(SEGMAPS), p->nseg));
-            launch ap = start(b, OCL_K_AFFINE_APPLY);
-            a_mem(&ap, WS(SEGMAPS)), a_int(&ap, p->nseg), a_int(&ap, 0), a_int(&ap, 1), a_mem(&ap, WS(ST)),
-                a_mem(&ap, WS(STSEG)), a_int(&ap, p->nseg), a_int(&ap, dk), a_int(&ap, dv);
-            TRY(run(&ap, (size_t)BH * p->nseg, wga));
-            STs = WS(STSEG);
-        }
-        const size_t wg = wg_of(b, OCL_K_GDR_CHUNK_RUN, dv, &s);
-        TRY(s);
-        launch l = start(b, OCL_K_GDR_CHUNK_RUN);
-        a_mem(&l, WS(STARTS)), a_int(&l, nch), a_int(&l, p->seg_chunks), a_int(&l, p->nseg), a_mem(&l, WS(QF)),
-            a_mem(&l, w), a_mem(&l, WS(WR)), a_mem(&l, WS(Y)), a_mem(&l, WS(MQ)),
-            a_mem(&l, has_g ? WS(GAM) : ctx->dummy), a_mem(&l, has_g ? WS(DL) : ctx->dummy), a_int(&l, has_g),
-            a_int(&l, residual), a_mem(&l, STs), a_mem(&l, WS(ST)), a_int(&l, STs != WS(ST)), a_mem(&l, MEM(a->o)),
-            a_int(&l, T), a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_int(&l, C);
-        TRY(run(&l, (size_t)BH * p->nseg, wg));
     }
 
     /* 6. The output normaliser (linear; VLA with normalised output), n in and out. */
-    if (has_n) {
+    if (has_n && !cp.mode) { /* (the chunk-parallel form has its own) */
         const size_t wg = wg_of(b, OCL_K_NORM_OUT, imax(dk, dv), &s);
         TRY(s);
         launch l = start(b, OCL_K_NORM_OUT);

@@ -1,0 +1,229 @@
+/* The chunk-parallel form of the chunked algorithm on OpenCL (kernels in chunkpar.cl; the maths
+ * in docs/VLA-MATH.md 2.3-2.4, the design as the CUDA backend's, backends/cuda/README.md).
+ *
+ * The per-head chunked form (vla_a_chunked, gdr_chunk_run) walks a head's chunks in one
+ * work-group, so a call has B*H groups of serial work. Here only the carry X_{j+1} = P_j X_j + N_j
+ * (dk x dv a step) is serial; the S factors and chunk maps (cp_sfac), the outputs and,
+ * for VLA with R = 0, the A part run one work-group per (head, chunk):
+ *
+ *   VLA, mode 2: cp_gram -> cp_prefix -> cp_apart (-> cp_aend when A_out is asked for)
+ *   then every mechanism: cp_sfac -> cp_walk -> cp_out
+ *
+ * Mode 1 keeps VLA's A part in vla_a_chunked (one group a head, ocl_ops.c) where the Gram prefix
+ * does not give A: R > 0 (refresh), u given, A_in given (it may not be SPD; the sequential A part
+ * has the fallback), s_u = 0. VLA_OPENCL_NO_CHUNKPAR=1 turns the form off (the per-head path
+ * runs; the tests compare the two). */
+#include "ocl_internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Work-group sizes by device class (the program is built to match: CP_ONE_ITEM, ocl_backend.c).
+ * CPU devices (PoCL): one item a group, so each kernel's innermost row loops are plain loops the
+ * compiler vectorises, and (head, chunk) groups spread over the cores; VLA at (1,4,32) T = 4096
+ * took about 150 ms with 64 items a group, 11-13 ms with one. GPUs: several warps a group over
+ * the same loops (not yet timed on a GPU). */
+typedef struct cp_tune {
+    int chunk_wg; /* per (head, chunk) kernels */
+    int walk_wg;  /* cp_walk: items a group (GPUs: as many value columns) */
+    int flat_wg;  /* cp_prefix: entries a group (GPUs) */
+} cp_tune;
+static const cp_tune tune_cpu = {1, 1, 64};
+static const cp_tune tune_gpu = {128, 32, 256};
+
+static int env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
+/* a * b * c * d bytes, or 0 on overflow. */
+static size_t mul4(size_t a, size_t b, size_t c, size_t d) {
+    size_t x = a;
+    const size_t f[3] = {b, c, d};
+    for (int i = 0; i < 3; i++) {
+        if (x && f[i] > SIZE_MAX / x) return 0;
+        x *= f[i];
+    }
+    return x;
+}
+
+/* The whole call chunk-parallel (mode 2 for VLA): R = 0, u and A_in not given, s_u != 0. */
+static int vla_apart_parallel(const vla_attn_desc *d, const vla_attn_args *a) {
+    return d->refresh == 0 && !a->u && !a->A_in && d->u_scale != 0.0;
+}
+
+/* Measured on PoCL, 2 cores, B=1 H=4 d=32, load average below 0.5 (median ms, chunked vs
+ * sequential): T = 4: VLA 0.137 vs 0.141, DeltaNet 0.071 vs 0.031; T = 8: 0.234 vs 0.217, 0.076
+ * vs 0.071; T = 16: 0.28 vs 0.42, 0.092 vs 0.131, linear 0.093 vs 0.178; T = 64 to 4096: chunked
+ * 2.0-3.9x faster for all three. The per-head VLA A part (mode 1) is slower than the sequential
+ * algorithm (README's OpenCL table). */
+int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
+    if (a->T < 16 || env_on("VLA_OPENCL_NO_CHUNKPAR")) return 0;
+    if (d->mechanism == VLA_MECH_LINEAR || d->mechanism == VLA_MECH_DELTA) return 1;
+    return d->mechanism == VLA_MECH_VLA && vla_apart_parallel(d, a);
+}
+
+vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    c->mode = 0;
+    if (d->algorithm != VLA_ALGO_CHUNKED || env_on("VLA_OPENCL_NO_CHUNKPAR")) return VLA_OK;
+    if (d->mechanism != VLA_MECH_LINEAR && d->mechanism != VLA_MECH_DELTA && d->mechanism != VLA_MECH_VLA)
+        return VLA_OK;
+    const int vla = d->mechanism == VLA_MECH_VLA;
+    c->mode = vla && vla_apart_parallel(d, a) ? 2 : 1;
+    static const ocl_kernel_id s_ids[] = {OCL_K_CP_SFAC, OCL_K_CP_WALK, OCL_K_CP_OUT, OCL_K_CP_NSUM, OCL_K_CP_NORM};
+    static const ocl_kernel_id a_ids[] = {OCL_K_CP_GRAM, OCL_K_CP_PREFIX, OCL_K_CP_APART, OCL_K_CP_AEND};
+    cl_kernel k;
+    for (size_t i = 0; i < sizeof s_ids / sizeof s_ids[0]; i++) {
+        vla_status s = ocl_kernel(b, s_ids[i], &k);
+        if (s != VLA_OK) return s;
+    }
+    if (c->mode == 2)
+        for (size_t i = 0; i < sizeof a_ids / sizeof a_ids[0]; i++) {
+            vla_status s = ocl_kernel(b, a_ids[i], &k);
+            if (s != VLA_OK) return s;
+        }
+    const size_t f = sizeof(float), rs = ctx->fp64 ? sizeof(double) : sizeof(float);
+    const size_t BH = (size_t)c->BH, nch = (size_t)c->nch, dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C;
+    vla_status s = ocl_ws_grow(b, OCL_WS_MAPS, mul4(BH, nch, dk * (dk + dv), f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPX, mul4(BH, nch, dk * dv, f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPN, mul4(BH, nch + 1, dk, f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPT, mul4(BH, nch, dk * C, f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPO, mul4(BH, (size_t)c->T, dv, f));
+    if (s == VLA_OK && c->mode == 2) {
+        s = ocl_ws_grow(b, OCL_WS_CPGR, mul4(BH, nch + 2, dk * dk, rs));
+        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPZ, mul4(BH, nch, 2 * dk * C, rs));
+        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPG, mul4(BH, nch, C * C, rs));
+    }
+    if (s == VLA_ERR_OUT_OF_MEMORY) c->mode = 0; /* its scratch does not fit: the per-head path */
+    return s == VLA_ERR_OUT_OF_MEMORY ? VLA_OK : s;
+}
+
+/* ---- launches (as ocl_ops.c's) ---- */
+
+typedef struct cp_launch {
+    vla_backend *b;
+    ocl_kernel_id id;
+    cl_kernel k;
+    cl_uint n;
+    cl_int err;
+} cp_launch;
+
+static cp_launch cp_start(vla_backend *b, ocl_kernel_id id) {
+    cp_launch l = {b, id, ((ocl_ctx *)b->context)->kernels[id], 0, CL_SUCCESS};
+    return l;
+}
+static void cp_arg(cp_launch *l, size_t size, const void *v) {
+    cl_int e = clSetKernelArg(l->k, l->n++, size, v);
+    if (l->err == CL_SUCCESS) l->err = e;
+}
+static void m_(cp_launch *l, cl_mem m) { cp_arg(l, sizeof m, &m); }
+static void i_(cp_launch *l, int v) { cp_arg(l, sizeof v, &v); }
+static void f_(cp_launch *l, float v) { cp_arg(l, sizeof v, &v); }
+
+static vla_status cp_run(cp_launch *l, size_t groups, int want) {
+    ocl_ctx *ctx = l->b->context;
+    size_t wg = (size_t)want;
+    if (want >= 32) { /* below 32: a CPU device's one-item groups (cp_tune) */
+        vla_status s = ocl_wg(l->b, l->id, want, &wg);
+        if (s != VLA_OK) return s;
+    }
+    if (l->err != CL_SUCCESS) return ocl_fail(l->b, l->err, "clSetKernelArg", ocl_kernel_names[l->id]);
+    if (groups == 0) return VLA_OK;
+    const size_t global = groups * wg;
+    cl_event ev = NULL;
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, l->k, 1, NULL, &global, &wg, 0, NULL, ctx->profile ? &ev : NULL);
+    if (err != CL_SUCCESS) return ocl_fail(l->b, err, "clEnqueueNDRangeKernel", ocl_kernel_names[l->id]);
+    if (ev) {
+        cl_ulong t0 = 0, t1 = 0;
+        clWaitForEvents(1, &ev);
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        clReleaseEvent(ev);
+        ctx->prof_ns[l->id] += (double)(t1 - t0);
+        ctx->prof_calls[l->id]++;
+    }
+    return VLA_OK;
+}
+
+#define TRY(x)                       \
+    do {                             \
+        vla_status s_ = (x);         \
+        if (s_ != VLA_OK) return s_; \
+    } while (0)
+#define WS(x) (ctx->ws[OCL_WS_##x])
+
+vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    const cp_tune *tn = ctx->cp_gpu ? &tune_gpu : &tune_cpu;
+    const int T = c->T, dk = c->dk, dv = c->dv, nch = c->nch, C = c->C;
+    const size_t BH = (size_t)c->BH, chunks = BH * (size_t)nch;
+    const int big = dk + dv > C ? dk + dv : C; /* the widest loop of a per-chunk kernel */
+    const int cw = tn->chunk_wg < big ? tn->chunk_wg : big;
+    if (c->mode == 2) {
+        cp_launch g = cp_start(b, OCL_K_CP_GRAM);
+        m_(&g, c->starts), i_(&g, nch), m_(&g, WS(UU)), m_(&g, WS(CPGR)), i_(&g, T), i_(&g, dk);
+        TRY(cp_run(&g, chunks, cw));
+        const int span = ctx->cp_gpu ? tn->flat_wg : dk * dk; /* CPU devices: one item a head */
+        const int per_head = (dk * dk + span - 1) / span;
+        cp_launch p = cp_start(b, OCL_K_CP_PREFIX);
+        m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
+        TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
+        cp_launch ap = cp_start(b, OCL_K_CP_APART);
+        m_(&ap, c->starts), i_(&ap, nch), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(CPZ)), m_(&ap, WS(CPG)),
+            m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, C), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
+        TRY(cp_run(&ap, chunks, cw));
+        if (a->A_out) {
+            cp_launch e = cp_start(b, OCL_K_CP_AEND);
+            m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
+            TRY(cp_run(&e, BH, dk < tn->chunk_wg ? dk : tn->chunk_wg));
+        }
+    }
+    const cl_mem dummy = ctx->dummy, gm = c->has_g ? c->g : dummy;
+    const cl_mem gam = c->has_g ? WS(GAM) : dummy, dl = c->has_g ? WS(DL) : dummy;
+    {
+        cp_launch l = cp_start(b, OCL_K_CP_SFAC);
+        m_(&l, c->starts), i_(&l, nch), m_(&l, c->kr), m_(&l, c->w), m_(&l, c->q), m_(&l, c->v), m_(&l, gm),
+            i_(&l, c->has_g), i_(&l, c->residual), m_(&l, WS(WR)), m_(&l, WS(Y)), m_(&l, WS(MQ)),
+            m_(&l, c->has_g ? WS(DM) : dummy), m_(&l, WS(LM)), m_(&l, gam), m_(&l, dl), m_(&l, WS(CPT)),
+            m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk), i_(&l, dv), i_(&l, C);
+        TRY(cp_run(&l, chunks, cw));
+    }
+    {
+        /* CPU devices: one item a head walks all columns (its loops vectorise); GPUs: walk_wg
+         * columns a group. */
+        const int span = ctx->cp_gpu ? tn->walk_wg : dv;
+        const int per_head = (dv + span - 1) / span;
+        cp_launch w = cp_start(b, OCL_K_CP_WALK);
+        m_(&w, WS(MAPS)), i_(&w, nch), m_(&w, WS(CPX)), m_(&w, WS(ST)), i_(&w, dk), i_(&w, dv), i_(&w, per_head),
+            i_(&w, span), i_(&w, !c->residual && !c->has_g);
+        TRY(cp_run(&w, BH * (size_t)per_head, tn->walk_wg));
+    }
+    cp_launch o = cp_start(b, OCL_K_CP_OUT);
+    m_(&o, c->starts), i_(&o, nch), m_(&o, c->q), m_(&o, WS(WR)), m_(&o, WS(Y)), m_(&o, WS(MQ)), m_(&o, gam),
+        i_(&o, c->has_g), i_(&o, c->residual), m_(&o, WS(CPX)), m_(&o, WS(CPO)), m_(&o, c->o), i_(&o, T), i_(&o, c->H),
+        i_(&o, dk), i_(&o, dv), i_(&o, C);
+    TRY(cp_run(&o, chunks, cw));
+    const int linear = d->mechanism == VLA_MECH_LINEAR;
+    if (linear || (d->mechanism == VLA_MECH_VLA && d->normalize_output)) {
+        const int nw = dk < cw ? dk : cw;
+        cp_launch ns = cp_start(b, OCL_K_CP_NSUM);
+        m_(&ns, c->starts), i_(&ns, nch), m_(&ns, WS(KF)), m_(&ns, WS(CPN)), i_(&ns, T), i_(&ns, dk);
+        TRY(cp_run(&ns, chunks, nw));
+        cp_launch n = cp_start(b, OCL_K_CP_NORM);
+        m_(&n, c->starts), i_(&n, nch), m_(&n, WS(KF)), m_(&n, c->q), m_(&n, WS(CPN)),
+            m_(&n, a->n_in ? (cl_mem)a->n_in->mem : dummy), i_(&n, a->n_in != NULL), m_(&n, c->o), i_(&n, T),
+            i_(&n, c->H), i_(&n, dk), i_(&n, dv), f_(&n, (float)d->eps), i_(&n, linear);
+        TRY(cp_run(&n, chunks, cw < C ? cw : C));
+        if (a->n_out) {
+            const size_t f = sizeof(float);
+            const size_t src[3] = {(size_t)nch * dk * f, 0, 0}, dst[3] = {0, 0, 0};
+            const size_t region[3] = {(size_t)dk * f, BH, 1};
+            cl_int err = clEnqueueCopyBufferRect(ctx->queue, WS(CPN), (cl_mem)a->n_out->mem, src, dst, region,
+                                                 (size_t)(nch + 1) * dk * f, 0, (size_t)dk * f, 0, 0, NULL, NULL);
+            if (err != CL_SUCCESS) return ocl_fail(b, err, "clEnqueueCopyBufferRect", "(n_out)");
+        }
+    }
+    return VLA_OK;
+}
