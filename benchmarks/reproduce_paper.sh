@@ -41,7 +41,12 @@
 #   --mechanisms LIST   default softmax,linear,delta,deltanet,vla
 #   --jobs N            vla-train processes at once (default 1: on an H200, two at once take
 #                       twice as long each and eight ten times or more: the GPU time-slices
-#                       between processes, so more than one gains nothing there)
+#                       between processes, so more than one gains nothing there; see --mps)
+#   --mps               run the CUDA runs under NVIDIA's Multi-Process Service, so that the
+#                       kernels of --jobs processes share the GPU at once instead of taking
+#                       turns (the daemon is started for this call and stopped at its end; one
+#                       already answering is used and left running). Changes no number of a
+#                       run: each process runs the same kernels on its own data
 #   --threads N         CPU threads of each cpu-backend run (default: cores / jobs)
 #   --deadline S        launch no run that would not finish within S seconds of the start
 #                       (estimated from the ms/step seen so far), cut a run still going at S
@@ -85,7 +90,7 @@ val() {
   echo "$2"
 }
 BDIR=build RESULTS="" BACKEND="" ONLY="" MECHS=softmax,linear,delta,deltanet,vla JOBS="" THREADS=""
-DEADLINE=0 QUICK=0 STEPS_OVR="" EVALB=20 PLOTS=1 TABLES_ONLY="" DRY=0 PACK=""
+DEADLINE=0 QUICK=0 STEPS_OVR="" EVALB=20 PLOTS=1 TABLES_ONLY="" DRY=0 PACK="" MPS=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build) BDIR=$(val "$@") || exit 2; shift ;;
@@ -97,6 +102,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$(val "$@") || exit 2; shift ;;
     --deadline) DEADLINE=$(val "$@") || exit 2; shift ;;
     --quick) QUICK=1 ;;
+    --mps) MPS=1 ;;
     --steps) STEPS_OVR=$(val "$@") || exit 2; shift ;;
     --eval-batches) EVALB=$(val "$@") || exit 2; shift ;;
     --pack) PACK=$(val "$@") || exit 2; shift ;;
@@ -158,6 +164,7 @@ if [ -z "$THREADS" ]; then THREADS=$((NCPU / JOBS)); ((THREADS >= 1)) || THREADS
 # OpenMP threads that spin while waiting slow every step down on a shared CPU (several runs at once,
 # or a loaded machine); passive waiting changes no number.
 [[ $BACKEND == cpu ]] && export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+((MPS)) && [[ $BACKEND != cuda* ]] && die "--mps is for the cuda backend (this: $BACKEND)"
 RESULTS=${RESULTS:-${OUT:+$OUT/}paper-results$( ((QUICK)) && echo -quick)}
 TRAIN=""
 for f in "$BDIR/tools/vla-train" "$BDIR/vla-train"; do [ -x "$f" ] && TRAIN=$f && break; done
@@ -414,7 +421,24 @@ on_signal() {
 }
 trap on_signal INT TERM
 
-say "$MODE; jobs $JOBS$([[ $BACKEND == cpu ]] && echo ", $THREADS threads each"); deadline $DEADLINE s; $TRAIN; results $RESULTS"
+# --mps: the daemon's pipes under /tmp (the defaults need /var/run); stopped on exit if started here.
+MPS_STARTED=0
+mps_stop() { ((MPS_STARTED)) && echo quit | nvidia-cuda-mps-control > /dev/null 2>&1; MPS_STARTED=0; }
+if ((MPS)); then
+  command -v nvidia-cuda-mps-control > /dev/null || die "--mps: nvidia-cuda-mps-control is not on PATH"
+  export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/vla-mps/pipe}
+  export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/vla-mps/log}
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" || die "--mps: cannot create $CUDA_MPS_PIPE_DIRECTORY"
+  if echo get_server_list | timeout 5 nvidia-cuda-mps-control > /dev/null 2>&1; then
+    say "MPS: the daemon already answering at $CUDA_MPS_PIPE_DIRECTORY is used"
+  else
+    nvidia-cuda-mps-control -d || die "--mps: the MPS control daemon did not start"
+    MPS_STARTED=1
+    trap mps_stop EXIT
+    say "MPS: daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+  fi
+fi
+say "$MODE; jobs $JOBS$([[ $BACKEND == cpu ]] && echo ", $THREADS threads each")$( ((MPS)) && echo " under MPS"); deadline $DEADLINE s; $TRAIN; results $RESULTS"
 plan_summary | tee -a "$LOG" >&2
 PENDING=("${ORDER[@]}")
 skipped=0
