@@ -12,7 +12,10 @@
  * Mode 1 keeps VLA's A part in vla_a_chunked (one group a head, ocl_ops.c) where the Gram prefix
  * does not give A: R > 0 (refresh), u given, A_in given (it may not be SPD; the sequential A part
  * has the fallback), s_u = 0. VLA_OPENCL_NO_CHUNKPAR=1 turns the form off (the per-head path
- * runs; the tests compare the two). */
+ * runs; the tests compare the two). VLA_OPENCL_CHUNKPAR_GPU=1 (read in ocl_backend.c) takes the
+ * GPU form (tune_gpu, chunkpar.cl built without CP_ONE_ITEM) on any device, so that PoCL checks
+ * it (tests/test_opencl.c, vla-check). On GPUs --algo chunked runs the GPU form; auto stays
+ * sequential there (ocl_resolve) until it is timed (benchmarks/opencl_speed.sh). */
 #include "ocl_internal.h"
 
 #include <stdint.h>

@@ -372,7 +372,8 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         TRY(ocl_kernel(b, ids[i], &k));
     }
 
-    if (d->mechanism == VLA_MECH_SOFTMAX && !ctx->is_gpu) {
+    const char *tiled = getenv("VLA_OPENCL_SOFTMAX_TILED"); /* tests: softmax_fused on any device */
+    if (d->mechanism == VLA_MECH_SOFTMAX && !ctx->is_gpu && !(tiled && tiled[0] && strcmp(tiled, "0") != 0)) {
         /* Not a GPU: one work-item per query row (softmax.cl says why). */
         const size_t wg = wg_of(b, OCL_K_SOFTMAX_ROWS, 64, &s);
         TRY(s);
@@ -398,7 +399,9 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         int kb = 32;
         size_t lbytes = 0;
         for (; kb >= 1; kb /= 2) {
-            lbytes = sizeof(float) * ((size_t)(qb + kb) * dk + (size_t)kb * dv + (size_t)qb * kb + (size_t)qb * dv + 3 * wg);
+            /* Qt, Kt (rows dk + 1 apart), Vt, sc (rows kb + 1 apart), acc, three per-item arrays */
+            lbytes = sizeof(float) * ((size_t)qb * dk + (size_t)kb * (dk + 1) + (size_t)kb * dv + (size_t)qb * (kb + 1) +
+                                      (size_t)qb * dv + 3 * wg);
             if (lbytes <= budget) break;
         }
         if (kb < 1)

@@ -71,51 +71,30 @@ void cp_rows_r(__global real_t *restrict y, __global const real_t *restrict xs, 
     }
 }
 
-/* Cholesky in place, n x n with leading dim lda, right-looking by panels of 4 columns: per
- * column k of the panel, L_kk, then the column (also copied to row k's upper part, L^T, so the
- * updates read both factors along rows) and its update of the panel's later columns; then the
- * trailing lower triangle's rank-4 update (cp_rows_r). Pivots are floored at a tiny positive
- * value (the matrices here are SPD by construction). */
-void cp_chol_panel(__global real_t *A, int n, int lda) {
-    const int lid = CP_LID, wg = CP_WG;
-    for (int k0 = 0; k0 < n; k0 += 4) {
-        const int kend = min(k0 + 4, n); /* the panel: columns [k0, kend) */
-        for (int k = k0; k < kend; k++) {
-            __global real_t *rk = A + (size_t)k * lda;
-            const real_t d = sqrt(fmax(rk[k], (real_t)1e-300)), inv = 1 / d;
-            barrier(CLK_GLOBAL_MEM_FENCE);
-            for (int j = k + 1 + lid; j < n; j += wg) {
-                const real_t l = A[(size_t)j * lda + k] * inv;
-                A[(size_t)j * lda + k] = l;
-                rk[j] = l;
-            }
-            if (lid == 0) rk[k] = d;
-            barrier(CLK_GLOBAL_MEM_FENCE);
-            for (int i = k + 1 + lid; i < n; i += wg) { /* the panel's later columns, every row */
-                __global real_t *ri = A + (size_t)i * lda;
-                const real_t l = ri[k];
-                for (int j = k + 1; j < kend && j <= i; j++) ri[j] -= l * rk[j];
-            }
-            barrier(CLK_GLOBAL_MEM_FENCE);
-        }
-        for (int i = kend; i < n; i++) { /* rows below: columns [kend, i] */
-            __global real_t *ri = A + (size_t)i * lda;
-            cp_rows_r(ri + kend, A + (size_t)k0 * lda + kend, lda, ri + k0, 1, kend - k0, i - kend + 1, -1);
-        }
-        barrier(CLK_GLOBAL_MEM_FENCE);
-    }
-}
-
-/* Cholesky in place, n x n with leading dim lda, right-looking: per column k, L_kk, then the
- * column (also copied to row k's upper part, L^T, so the trailing update reads both factors
- * along rows), then the trailing lower triangle. Pivots are floored at a tiny positive value
- * (the matrices here are SPD by construction). Items stride the innermost, contiguous loop. */
-void cp_chol_rank1(__global real_t *A, int n, int lda) {
+/* Cholesky in place, n x n with leading dim lda, right-looking by panels of 4 columns. Per
+ * column k of the panel [k0, kend): L_kk, then the column (also copied to row k's upper part,
+ * L^T, so the updates read both factors along rows), then its update of the panel's later
+ * columns (k, kend), every row below; after the panel's last column, the trailing lower
+ * triangle's rank-4 update. Pivots are floored at a tiny positive value (the matrices here are
+ * SPD by construction). Between two barriers every entry has one writer, and nothing written is
+ * read by another item before the next barrier.
+ *
+ * The GPU form (many items a group) iterates flat (row, column) pairs, and the columns in one
+ * loop of barriers. PoCL 3.1 (LLVM 15) ran a loop of panels around a loop of columns, with items
+ * over rows each running its own inner column loop, wrong: whole columns' updates lost from n = 3
+ * at 4 items, right at -cl-opt-disable, and right or wrong with the same loop bounds written
+ * differently (kend = n against min(k0 + 4, n) at n = 4); inlined into cp_aend, the one-loop
+ * form with those per-item inner loops still lost updates. Flat pairs, one level of item loop,
+ * run right there. Flat pairs also keep every item busy where rows are shorter than the group
+ * (G at chunk 64, L at d = 32). The CPU form (one item) keeps the row loops, which the compiler
+ * vectorises, in the nested form's order of operations. */
+void cp_chol(__global real_t *A, int n, int lda) {
     const int lid = CP_LID, wg = CP_WG;
     for (int k = 0; k < n; k++) {
+        const int k0 = k - k % 4, kend = min(k0 + 4, n);
         __global real_t *rk = A + (size_t)k * lda;
         const real_t d = sqrt(fmax(rk[k], (real_t)1e-300)), inv = 1 / d;
-        barrier(CLK_GLOBAL_MEM_FENCE);
+        barrier(CLK_GLOBAL_MEM_FENCE); /* every item has read rk[k] before item 0 writes it */
         for (int j = k + 1 + lid; j < n; j += wg) {
             const real_t l = A[(size_t)j * lda + k] * inv;
             A[(size_t)j * lda + k] = l;
@@ -123,23 +102,48 @@ void cp_chol_rank1(__global real_t *A, int n, int lda) {
         }
         if (lid == 0) rk[k] = d;
         barrier(CLK_GLOBAL_MEM_FENCE);
+        /* The panel's later columns (k, kend), every row below. */
+#ifdef CP_ONE_ITEM
         for (int i = k + 1; i < n; i++) {
             __global real_t *ri = A + (size_t)i * lda;
             const real_t l = ri[k];
-            for (int j = k + 1 + lid; j <= i; j += wg) ri[j] -= l * rk[j];
+            for (int j = k + 1; j < kend && j <= i; j++) ri[j] -= l * rk[j];
+        }
+#else
+        /* Items over the (row, column) pairs, row-major, the upper ones skipped. */
+        const int pw = kend - k - 1;
+        for (int e = lid; e < (n - k - 1) * pw; e += wg) {
+            const int i = k + 1 + e / pw, j = k + 1 + e % pw;
+            if (j > i) continue;
+            __global real_t *ri = A + (size_t)i * lda;
+            ri[j] -= ri[k] * rk[j];
+        }
+#endif
+        /* After the panel's last column (the update above then writes nothing): rows i >= kend,
+         * columns [kend, i] -= sum_{u in panel} L[i][u] L[j][u], L[j][u] read from row u's
+         * upper copy. */
+        if (k + 1 == kend && kend < n) {
+#ifdef CP_ONE_ITEM
+            for (int i = kend; i < n; i++) { /* unit-stride rows the compiler vectorises */
+                __global real_t *ri = A + (size_t)i * lda;
+                cp_rows_r(ri + kend, A + (size_t)k0 * lda + kend, lda, ri + k0, 1, kend - k0, i - kend + 1, -1);
+            }
+#else
+            /* Items over the (n - kend)^2 square, row-major (neighbouring items, neighbouring
+             * columns), the upper half skipped. */
+            const int m = n - kend;
+            for (int e = lid; e < m * m; e += wg) {
+                const int i = kend + e / m, j = kend + e % m;
+                if (j > i) continue;
+                __global real_t *ri = A + (size_t)i * lda;
+                real_t x = 0;
+                for (int u = k0; u < kend; u++) x += ri[u] * A[(size_t)u * lda + j];
+                ri[j] -= x;
+            }
+#endif
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
-}
-
-/* The panel form where one item runs the group (CPU devices); the rank-1 form in the GPU form
- * (the panel form gave wrong results there on PoCL with many items, cause not found). */
-void cp_chol(__global real_t *A, int n, int lda) {
-#ifdef CP_ONE_ITEM
-    cp_chol_panel(A, n, lda);
-#else
-    cp_chol_rank1(A, n, lda);
-#endif
 }
 
 /* ---- VLA's A part ---- */

@@ -13,12 +13,20 @@
  * The same recurrence as the CPU backend's query_tile; P V runs over the causal keys only, so a
  * NaN in a future value does not reach earlier outputs (0 * NaN is NaN).
  *
+ * Padded strides: K rows dk + 1 floats apart and score rows KB + 1. In step 2 (KB = 32) the 32
+ * items of a warp share a query row and take 32 consecutive keys: at a stride of dk = 32 or 64
+ * floats all of them read one bank at each p (32-way conflicts: the inner loop run 32 times over
+ * on NVIDIA's 32 banks); at dk + 1 they fall in 32 banks. In steps 3-5 a warp holds 4 query rows
+ * that read their scores at the same c: at a stride of KB = 32, one bank (4-way), at KB + 1,
+ * four. The gain is counted, not timed (benchmarks/opencl_speed.sh times it on a GPU).
+ *
  * Used on GPUs only. PoCL 5.0 (Ubuntu 24.04's pocl-opencl-icd) returns wrong outputs for this
  * kernel (all softmax cases of vla-check, errors of ~1 or inf), in every variant tried: state in
  * private or local memory, fmax or comparisons, with or without the NaN check, each work-group
  * method (cbs, loopvec), and the outputs change with the number of compute units (one: the
  * 64-item cases pass, the 128-item ones fail); PoCL 3.1 (Debian 12, our CI) and NVIDIA's OpenCL
- * (H200) pass every case. The cause is not found; CPU devices run softmax_rows below instead. */
+ * (H200) pass every case. The cause is not found; CPU devices run softmax_rows below instead
+ * (VLA_OPENCL_SOFTMAX_TILED=1 runs this kernel there too, for tests: ocl_ops.c). */
 
 #define SM_NC 8 /* work-items per query row */
 
@@ -29,16 +37,17 @@ __kernel void softmax_fused(__global const float *q, __global const float *k, __
     const int g = get_group_id(0), bh = g / ntiles, tile = g % ntiles, b = bh / H, h = bh % H;
     const int i0 = tile * QB, i1 = min(i0 + QB, T), nq = i1 - i0;
     const int r = lid / SM_NC, lane = lid % SM_NC, i = i0 + r;
+    const int ks = dk + 1, ss1 = KB + 1;       /* padded row strides of Kt and sc (above) */
     __local float *Qt = lmem;                 /* [QB, dk] */
-    __local float *Kt = Qt + (size_t)QB * dk; /* [KB, dk] */
-    __local float *Vt = Kt + (size_t)KB * dk; /* [KB, dv] */
-    __local float *sc = Vt + (size_t)KB * dv; /* [QB, KB] scores, then probabilities */
-    __local float *acc = sc + (size_t)QB * KB; /* [QB, dv] accumulators: item (r, lane) owns columns lane + m SM_NC */
+    __local float *Kt = Qt + (size_t)QB * dk; /* [KB, dk + 1] */
+    __local float *Vt = Kt + (size_t)KB * ks; /* [KB, dv] */
+    __local float *sc = Vt + (size_t)KB * dv; /* [QB, KB + 1] scores, then probabilities */
+    __local float *acc = sc + (size_t)QB * ss1; /* [QB, dv] accumulators: item (r, lane) owns columns lane + m SM_NC */
     __local float *mL = acc + (size_t)QB * dv; /* [WG] each item's running max */
     __local float *lL = mL + wg;               /* [WG] each item's running sum */
     __local float *xL = lL + wg;               /* [WG] each item's new max within a tile */
     __local float *ar = acc + (size_t)r * dv;
-    __local float *pr = sc + r * KB;
+    __local float *pr = sc + r * ss1;
 
     for (int col = lane; col < dv; col += SM_NC) ar[col] = 0.0f;
     mL[lid] = -INFINITY;
@@ -52,7 +61,7 @@ __kernel void softmax_fused(__global const float *q, __global const float *k, __
         const int last = r < nq ? min(i - j0 + 1, nk) : 0; /* causal: keys j <= i */
         for (int e = lid; e < nk * dk; e += wg) {
             const int ss = e / dk, p = e - ss * dk;
-            Kt[e] = k[vla_bthd(b, j0 + ss, h, p, T, H, dk)];
+            Kt[ss * ks + p] = k[vla_bthd(b, j0 + ss, h, p, T, H, dk)];
         }
         for (int e = lid; e < nk * dv; e += wg) {
             const int ss = e / dv, p = e - ss * dv;
@@ -63,10 +72,10 @@ __kernel void softmax_fused(__global const float *q, __global const float *k, __
             const int rr = e / KB, ss = e - rr * KB;
             float s = 0.0f;
             if (rr < nq && ss < nk && j0 + ss <= i0 + rr) {
-                for (int p = 0; p < dk; p++) s += Qt[rr * dk + p] * Kt[ss * dk + p];
+                for (int p = 0; p < dk; p++) s += Qt[rr * dk + p] * Kt[ss * ks + p];
                 s *= scale;
             }
-            sc[e] = s;
+            sc[rr * ss1 + ss] = s;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         {
