@@ -952,6 +952,42 @@ static const bw_case bw_cases[] = {
      .chunk = 64, .states = 1, .up = 1, .big = 1},
     {.name = "bwd long softmax T2048 dk64 dv64", .mech = SM, .B = 1, .T = 2048, .H = 1, .dk = 64, .dv = 64,
      .big = 1},
+    /* ---- the chunk form (vla_grad_chunk.cu; vla's A part in vla_grad_chunk_apart.cu), forced: AUTO
+     * takes it too above T = 16, so most cases above run it. Chunks of C = min(chunk, 64, T) (halved
+     * to fit shared memory); T not a multiple of C, one token, dk != dv, more than one walk tile of
+     * 32 value columns, t0 > 0 with S_in, g with exact zeros. bw_check's metric, as above: 1e-4
+     * norm-wise per tensor against the CPU backend's sequential backward and ref64. Then the recurrent
+     * kernel forced where AUTO now takes the chunk form. Listed last: the seeds of the cases above
+     * stay theirs. */
+    {.name = "bwd chunk linear T=1 states up", .mech = LI, .B = 1, .T = 1, .H = 2, .dk = 8, .dv = 5, .states = 1,
+     .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk delta T=1 beta g states up", .mech = DE, .B = 1, .T = 1, .H = 2, .dk = 6, .dv = 9,
+     .with_beta = 1, .with_g = 1, .states = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk linear t0=5 T45 C16 dk12 dv20 states up", .mech = LI, .B = 2, .T = 45, .H = 2, .dk = 12,
+     .dv = 20, .chunk = 16, .t0 = 5, .states = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk linear elu1 T100 dk24 dv40 (C64)", .mech = LI, .B = 1, .T = 100, .H = 2, .dk = 24, .dv = 40,
+     .elu1 = 1, .states = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk delta t0=9 T45 C16 dk12 dv20 beta g0 states up", .mech = DE, .B = 2, .T = 45, .H = 2,
+     .dk = 12, .dv = 20, .chunk = 16, .t0 = 9, .with_beta = 1, .with_g = 1, .g_zeros = 1, .states = 1, .up = 1,
+     .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk delta T70 dk8 dv40 (C64) beta g up", .mech = DE, .B = 1, .T = 70, .H = 1, .dk = 8, .dv = 40,
+     .with_beta = 1, .with_g = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk delta g only T29 C8 dk16 dv16 g0", .mech = DE, .B = 1, .T = 29, .H = 2, .dk = 16, .dv = 16,
+     .chunk = 8, .with_g = 1, .g_zeros = 1, .states = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk delta beta only T100 C32 dk32 dv16 states up", .mech = DE, .B = 1, .T = 100, .H = 1,
+     .dk = 32, .dv = 16, .chunk = 32, .with_beta = 1, .states = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk vla T=1 u states up", .mech = VL, .B = 1, .T = 1, .H = 2, .dk = 6, .dv = 9, .with_u = 1,
+     .states = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk vla elu1 normalised R4 t0=3 T45 C16 dk12 dv20 states up", .mech = VL, .B = 2, .T = 45,
+     .H = 2, .dk = 12, .dv = 20, .chunk = 16, .t0 = 3, .R = 4, .rho = 0.5, .elu1 = 1, .norm = 1, .states = 1,
+     .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk vla dk40 dv8 T70 (C64) u up", .mech = VL, .B = 1, .T = 70, .H = 1, .dk = 40, .dv = 8,
+     .with_u = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd linear T37 C16 states up sequential", .mech = LI, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24,
+     .chunk = 16, .states = 1, .up = 1, .algo = VLA_ALGO_SEQUENTIAL},
+    {.name = "bwd delta T45 C16 beta g0 states up sequential", .mech = DE, .B = 1, .T = 45, .H = 2, .dk = 12,
+     .dv = 8, .chunk = 16, .with_beta = 1, .with_g = 1, .g_zeros = 1, .states = 1, .up = 1,
+     .algo = VLA_ALGO_SEQUENTIAL},
 };
 #define N_BW ((int)(sizeof bw_cases / sizeof bw_cases[0]))
 

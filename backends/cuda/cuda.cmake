@@ -36,6 +36,8 @@ target_sources(vla PRIVATE
   ${_vla_cuda_dir}/vla_grad_launch.cu
   ${_vla_cuda_dir}/vla_grad_prep.cu
   ${_vla_cuda_dir}/vla_grad_seq.cu
+  ${_vla_cuda_dir}/vla_grad_chunk.cu
+  ${_vla_cuda_dir}/vla_grad_chunk_apart.cu
   ${_vla_cuda_dir}/vla_grad_softmax.cu
   ${_vla_cuda_dir}/vla_delta_paper.cu)
 target_include_directories(vla PRIVATE ${_vla_cuda_dir})

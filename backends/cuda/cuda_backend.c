@@ -436,6 +436,10 @@ static const vla_backend_iface cuda_iface = {
     .resolve_algorithm = cuda_resolve,
     .attention_forward = cuda_forward,
     .attention_backward = vla_cuda_backward,
+    /* The chunk form of the backward (kernels/cuda/vla_grad_chunk*.cu) passes the CUDA emulator's
+     * tests and runs when asked for (--algo chunked); AUTO keeps the recurrent kernel, timed on an
+     * H200, until the chunk form is checked and timed on a GPU. */
+    .backward_auto_sequential = 1,
     .nn = &vla_cuda_nn_iface,
     .close = cuda_close,
 };

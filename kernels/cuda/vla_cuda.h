@@ -79,7 +79,8 @@ typedef struct vlacu_grads {
 int vlacu_backward_workspace_bytes(const vlacu_args *a, const vlacu_device *dev, size_t *bytes);
 
 /* Enqueues the backward on `stream`; does not wait for it. Every algorithm gives the same gradient:
- * linear, delta and vla run the recurrent backward with checkpoints every a->chunk tokens. */
+ * linear, delta and vla run the chunk form (vla_grad_chunk*.cu) when a->algo is chunked and its blocks
+ * fit shared memory, else the recurrent backward with checkpoints every a->chunk tokens. */
 int vlacu_backward(const vlacu_args *a, const vlacu_grads *g, const vlacu_device *dev, void *workspace,
                    size_t workspace_bytes, void *stream);
 

@@ -5,8 +5,11 @@
  *                       tiles (flash-attention style; the T x T matrix is never stored).
  *   linear, delta, vla  vla_grad_prep.cu (prepare q~, k~, k^, u into [BH][T][dk] rows), then
  *                       vla_grad_seq.cu (one block per head: the recurrent backward with
- *                       checkpoints), then vla_grad_prep.cu again (the chain rule back through the
- *                       feature map, normalize(k~), normalize(u) and s_u to the raw inputs).
+ *                       checkpoints) or, with the chunked algorithm, vla_grad_chunk.cu (the S part
+ *                       in chunk form, parallel over chunks; vla's A part token by token in
+ *                       vla_grad_chunk_apart.cu), then vla_grad_prep.cu
+ *                       again (the chain rule back through the feature map, normalize(k~),
+ *                       normalize(u) and s_u to the raw inputs).
  *
  * The helpers here follow vla_common.cuh's conventions (called by every thread of the block with the
  * same arguments). They avoid warp shuffles in loops over rows: partial sums go through shared
@@ -130,6 +133,46 @@ struct gseq_params {
 };
 size_t grad_seq_static_smem();
 cudaError_t launch_grad_seq(const gseq_params &p, cudaStream_t st);
+
+/* ---- the chunked backward (vla_grad_chunk.cu, vla_grad_chunk_apart.cu) ----
+ * Chunks of C tokens (the last holds the rest), per head: the chunk form of vla_grad_seq.cu's rule
+ * (backends/cpu/cpu_grad_chunk.c derives it). Kernels, in launch order:
+ *   vla     A forward  (head)  a_t = w_t rows, z_t, den_t, ||y_t||, A at every chunk start
+ *   n prefix  (linear; vla normalised)  N [BH][T][dk]: n_t = n_0 + sum_{s<=t} k~_s  (thread per (head, column))
+ *   factors  (head, chunk)  Y, Wt, Wd, gamL, and H = the chunk's carry-free part of dX_start
+ *   fwd walk (head, dv tile)  ckX: X = S^T at every chunk start
+ *   bwd walk (head, dv tile)  ckH: dX at every chunk end (over H, read first); dS_0
+ *   vjp      (head, chunk)  dq~, dk^ (or dk~), dv, dbeta, dg, dr_t (normaliser), da_t (vla)
+ *   vla     A backward (head)  tokens backwards with da_t: dk^ += the A part, du, dA_0
+ *   dn suffix (linear; vla normalised)  dk~_t += dn_t (vla: =), dn_0        (thread per (head, column)) */
+struct gchunk_params {
+    vlacu_args a;
+    const float *Qp, *Kh, *Kf;             /* prepared rows [BH][T][dk] (Kh: delta, Kf: linear) */
+    const float *dO, *dS_end, *dn_end;
+    float *dQp, *dKh, *dKf;                /* gradients of the prepared rows (dKh: delta, dKf: linear) */
+    float *dv, *dbeta, *dg, *dS0, *dn0;    /* the op's outputs (null: not requested) */
+    float *N, *dr;                         /* linear: n_t [BH][T][dk], dr_t [BH][T] */
+    float *Y, *Wt, *Wd;                    /* [BH][T][dv], [BH][T][dk] (Wt: delta), [BH][T][dk] */
+    float *gamL;                           /* [BH][nck]: the chunk's decay product */
+    float *ckX, *ckH;                      /* [BH][nck][dk][dv] */
+    int C, nck, tile;                      /* chunk, chunks, walk column tile */
+    size_t smem_fac, smem_vjp, smem_walk;  /* dynamic shared memory of the kernels */
+    /* vla: the A part (vla_grad_chunk_apart.cu), token by token per head around the S part above */
+    const float *Up, *dA_end;
+    float *dU, *dA0;                       /* dU: gradient of the prepared u rows [BH][T][dk] */
+    float *Aw, *dAw;                       /* a_t and da_t rows [BH][T][dk] */
+    double *Zs, *tok;                      /* z_t [BH][T][dk]; (den_t, ||y_t||, gate_t) [BH][T][3] */
+    double *ckA;                           /* A at every chunk start and at the end [BH][nck + 1][dk][dk] */
+    double *Aws;                           /* A, dA [dk][ld_of(dk)] each, per head, when not in shared memory */
+    size_t smem_a;                         /* A and dA in dynamic shared memory (0: in Aws) */
+};
+size_t grad_chunk_static_smem();
+/* Dynamic shared memory of the factors, vjp and walk kernels at chunk C (vla_grad_chunk.cu). */
+void grad_chunk_smem(int C, int dk, int dv, int tile, size_t *fac, size_t *vjp, size_t *walk);
+cudaError_t launch_grad_chunk(const gchunk_params &p, cudaStream_t st);
+cudaError_t launch_grad_chunk_afwd(const gchunk_params &p, cudaStream_t st); /* vla: a_t, z_t, ckA */
+cudaError_t launch_grad_chunk_abwd(const gchunk_params &p, cudaStream_t st); /* vla: dk^ += A part, du, dA_0 */
+size_t grad_chunk_apart_static_smem();
 
 /* ---- the prep and its chain rule (vla_grad_prep.cu) ---- */
 struct gprep_params {

@@ -1,12 +1,19 @@
 /* The backward op's plan (the workspace and where each working array lives) and its launch sequence
  * (vla_grad.cuh lists the kernels). One layout function serves the size query and the launch, so the
  * two always agree. Every algorithm of a mechanism computes the same gradient (VLA-MATH 5): linear,
- * delta and vla run the recurrent backward whatever the algorithm asked for.
+ * delta and vla run the chunk form (vla_grad_chunk.cu, vla's A part in vla_grad_chunk_apart.cu) when
+ * the algorithm is chunked and a chunk block fits shared memory, else the recurrent backward.
  *
  * Workspace (recurrent mechanisms): the prepared rows and their gradients, [BH][T][dk] each (q~ always;
- * k~ for linear and vla's normalised output; k^ for delta and vla; u for vla), then one slice per head:
- * the state matrices that do not fit in shared memory, checkpoints every C tokens, the chunk store
- * (seq_layout). C is the descriptor's chunk, at most T. Softmax: lse and D, [BH][T] each. */
+ * k~ for linear and vla's normalised output; k^ for delta and vla; u for vla), then
+ *   recurrent  one slice per head: the state matrices that do not fit in shared memory, checkpoints
+ *              every C tokens, the chunk store (seq_layout). C is the descriptor's chunk, at most T.
+ *   chunk form N, dr (with a normaliser), Y, Wt (delta, vla), Wd ([BH][T][.] each), gamL [BH][nck],
+ *              ckX and ckH [BH][nck][dk][dv]; vla: a_t, da_t (float), z_t (double) [BH][T][dk],
+ *              (den, ||y||, gate) [BH][T][3] doubles, ckA [BH][nck + 1][dk][dk] doubles, and A, dA
+ *              per head when they do not fit shared memory. C is the descriptor's chunk, at most 64
+ *              and at most T, halved until the per-chunk blocks fit shared memory.
+ * Softmax: lse and D, [BH][T] each. */
 #include "vla_delta_paper.cuh"
 #include "vla_grad.cuh"
 
@@ -43,7 +50,26 @@ struct glayout {
     gplan plan;
     seq_layout lay;
     int C, nck;
+    bool chunked; /* the chunk form */
+    size_t N, dr, Y, Wt, Wd, gamL, ckX, ckH; /* its arrays; N, dr, Wt: SIZE_MAX when unused */
+    int ctile;                               /* its walks' column tile */
+    size_t Aw, dAw, Zs, tok, ckA, Aws, smem_a; /* vla's A part (SIZE_MAX / 0 when unused) */
+    size_t smem_fac, smem_vjp, smem_walk;
 };
+
+/* The chunk form's chunk: the descriptor's, at most 64 and T, halved until the factors, vjp and walk
+ * blocks fit `budget` bytes of dynamic shared memory; 0 when not even C = 1 fits. */
+int chunk_form_C(const vlacu_args *a, size_t budget, int tile, size_t *fac, size_t *vjp, size_t *walk) {
+    int C = a->chunk < 64 ? a->chunk : 64;
+    if (C > a->T) C = a->T;
+    if (C < 1) C = 1;
+    for (;;) {
+        grad_chunk_smem(C, a->dk, a->dv, tile, fac, vjp, walk);
+        if (*fac <= budget && *vjp <= budget && *walk <= budget) return C;
+        if (C == 1) return 0;
+        C = (C + 1) / 2;
+    }
+}
 
 size_t smem_budget(const vlacu_device *dev, size_t static_smem) {
     const size_t used = static_smem + kSmemMargin;
@@ -102,6 +128,43 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, glayout *L) {
     L->dKf = need_kf ? w.take(rows) : SIZE_MAX;
     L->dKh = need_kh ? w.take(rows) : SIZE_MAX;
     L->dU = vla ? w.take(rows) : SIZE_MAX;
+
+    if (a->algo == VLACU_CHUNKED) {
+        /* The walks' column tile: 32 value columns, narrower (down to 8) while the heads' tiles would
+         * leave multiprocessors idle; a narrower tile also shortens each chunk's step, which is the
+         * walk's latency when there are few heads. */
+        int tile = 32;
+        while (tile > 8 && (long long)BH * ((a->dv + tile - 1) / tile) < dev->sm_count) tile /= 2;
+        if (tile > a->dv) tile = a->dv;
+        const int C = chunk_form_C(a, smem_budget(dev, grad_chunk_static_smem()), tile, &L->smem_fac, &L->smem_vjp,
+                                   &L->smem_walk);
+        if (C > 0) {
+            L->chunked = true;
+            L->C = C, L->ctile = tile;
+            L->nck = (a->T + C - 1) / C;
+            const size_t nck = (size_t)L->nck, st = sat_mul(sat_mul(sat_mul(BH, nck), dk * dv), 4);
+            L->N = has_n ? w.take(rows) : SIZE_MAX;
+            L->dr = has_n ? w.take(sat_mul(sat_mul(BH, T), 4)) : SIZE_MAX;
+            L->Y = w.take(sat_mul(sat_mul(sat_mul(BH, T), dv), 4));
+            L->Wt = linear ? SIZE_MAX : w.take(rows);
+            L->Wd = w.take(rows);
+            L->gamL = w.take(sat_mul(sat_mul(BH, nck), 4));
+            L->ckX = w.take(st);
+            L->ckH = w.take(st);
+            if (vla) {
+                const size_t am = sat_mul(sat_mul(dk, (size_t)ld_of(a->dk)), 8);
+                L->Aw = w.take(rows);
+                L->dAw = w.take(rows);
+                L->Zs = w.take(sat_mul(rows, 2));
+                L->tok = w.take(sat_mul(sat_mul(BH, T), 24));
+                L->ckA = w.take(sat_mul(sat_mul(sat_mul(BH, nck + 1), dk * dk), 8));
+                L->smem_a = sat_mul(am, 2) <= smem_budget(dev, grad_chunk_apart_static_smem()) ? 2 * am : 0;
+                L->Aws = L->smem_a ? SIZE_MAX : w.take(sat_mul(sat_mul(BH, am), 2));
+            }
+            L->total = w.off;
+            return 0;
+        }
+    }
 
     L->C = a->chunk < a->T ? a->chunk : a->T;
     if (L->C < 1) L->C = 1;
@@ -188,6 +251,29 @@ extern "C" int vlacu_backward(const vlacu_args *a, const vlacu_grads *g, const v
     sp.dO = g->dO, sp.dS_end = g->dS_end, sp.dA_end = g->dA_end, sp.dn_end = g->dn_end;
     sp.dQp = at(L.dQp), sp.dKf = at(L.dKf), sp.dKh = at(L.dKh), sp.dU = at(L.dU);
     sp.dv = g->dv, sp.dbeta = g->dbeta, sp.dg = g->dg, sp.dS0 = g->dS_0, sp.dA0 = g->dA_0, sp.dn0 = g->dn_0;
+    if (L.chunked) {
+        gchunk_params cp;
+        memset(&cp, 0, sizeof cp);
+        cp.a = *a;
+        cp.Qp = pp.Qp, cp.Kh = pp.Kh, cp.Kf = pp.Kf;
+        cp.dO = g->dO, cp.dS_end = g->dS_end, cp.dn_end = g->dn_end;
+        cp.dQp = at(L.dQp), cp.dKh = at(L.dKh), cp.dKf = at(L.dKf);
+        cp.dv = g->dv, cp.dbeta = g->dbeta, cp.dg = g->dg, cp.dS0 = g->dS_0, cp.dn0 = g->dn_0;
+        cp.N = at(L.N), cp.dr = at(L.dr), cp.Y = at(L.Y), cp.Wt = at(L.Wt), cp.Wd = at(L.Wd), cp.gamL = at(L.gamL);
+        cp.ckX = at(L.ckX), cp.ckH = at(L.ckH);
+        cp.C = L.C, cp.nck = L.nck, cp.tile = L.ctile;
+        cp.smem_fac = L.smem_fac, cp.smem_vjp = L.smem_vjp, cp.smem_walk = L.smem_walk;
+        if (a->mech == VLACU_VLA) {
+            auto atd = [&](size_t off) { return off == SIZE_MAX ? (double *)nullptr : (double *)(W + off); };
+            cp.Up = pp.Up, cp.dU = at(L.dU), cp.dA_end = g->dA_end, cp.dA0 = g->dA_0;
+            cp.Aw = at(L.Aw), cp.dAw = at(L.dAw);
+            cp.Zs = atd(L.Zs), cp.tok = atd(L.tok), cp.ckA = atd(L.ckA), cp.Aws = atd(L.Aws);
+            cp.smem_a = L.smem_a;
+        }
+        TRY(launch_grad_chunk(cp, st));
+        if (g->dq || g->dk || g->du) TRY(launch_grad_prep_back(pp, st));
+        return 0;
+    }
     sp.C = L.C, sp.nck = L.nck;
     sp.plan = L.plan;
     sp.lay = L.lay;
