@@ -57,7 +57,7 @@
 #                       2 CPU cores. Chance is about 1/4 at n = 4: there VLA reaches 0.96 by step
 #                       1500 and the other four stay near 0.27 (the paper's DeltaNet learns only
 #                       at n = 6 to 8 with 3000 steps, beyond this budget: see --steps)
-#                       (benchmarks/results/2026-12-03-cpu-paper-quick). With --only: table9:
+#                       (benchmarks/results/2026-12-06-cpu-paper-quick). With --only: table9:
 #                       three seeds at n = 4, 1500 steps; fig6: n = 8, T = 64, 300 steps; copy:
 #                       T = 32, 300 steps; zoology: n = 8 at T = 64, lr 1e-3, 300 steps (at 300
 #                       steps nothing is above chance yet)
