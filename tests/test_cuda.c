@@ -952,13 +952,13 @@ static const bw_case bw_cases[] = {
      .chunk = 64, .states = 1, .up = 1, .big = 1},
     {.name = "bwd long softmax T2048 dk64 dv64", .mech = SM, .B = 1, .T = 2048, .H = 1, .dk = 64, .dv = 64,
      .big = 1},
-    /* ---- the chunk form (vla_grad_chunk.cu; vla's A part in vla_grad_chunk_apart.cu), forced: AUTO
-     * takes it too above T = 16, so most cases above run it. Chunks of C = min(chunk, 64, T) (halved
-     * to fit shared memory); T not a multiple of C, one token, dk != dv, more than one walk tile of
-     * 32 value columns, t0 > 0 with S_in, g with exact zeros. bw_check's metric, as above: 1e-4
-     * norm-wise per tensor against the CPU backend's sequential backward and ref64. Then the recurrent
-     * kernel forced where AUTO now takes the chunk form. Listed last: the seeds of the cases above
-     * stay theirs. */
+    /* ---- the chunk form (vla_grad_chunk.cu; vla's A part in vla_grad_chunk_apart.cu), forced: on CUDA
+     * AUTO keeps the recurrent kernel (cuda_backend.c's backward_auto_sequential), so the cases above
+     * run that one and these the chunk form. Chunks of C = min(chunk, 64, T) (halved to fit shared
+     * memory); T not a multiple of C, one token, dk != dv, more than one walk tile of 32 value
+     * columns, t0 > 0 with S_in, g with exact zeros. bw_check's metric, as above: 1e-4 norm-wise per
+     * tensor against the CPU backend's sequential backward and ref64. Then the recurrent kernel asked
+     * for by name (sequential). Listed last: the seeds of the cases above stay theirs. */
     {.name = "bwd chunk linear T=1 states up", .mech = LI, .B = 1, .T = 1, .H = 2, .dk = 8, .dv = 5, .states = 1,
      .up = 1, .algo = VLA_ALGO_CHUNKED},
     {.name = "bwd chunk delta T=1 beta g states up", .mech = DE, .B = 1, .T = 1, .H = 2, .dk = 6, .dv = 9,
