@@ -36,9 +36,10 @@ typedef struct vla_backend_iface {
      * or CHUNKED, or FUSED for softmax). NULL: VLA_ERR_UNSUPPORTED. */
     vla_status (*attention_backward)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
                                      const vla_attn_grads *g);
-    /* 1: the backward's AUTO takes the sequential form where the forward's choice is chunked (a
-     * backend whose chunked backward is not yet timed against its sequential one on a device). */
-    int backward_auto_sequential;
+    /* The backward's AUTO takes the chunked form (where the forward's choice is chunked) only from
+     * this T up, and the sequential form below it: the backend's chunked backward is timed faster
+     * from there, and not timed (or slower) below. 0: no limit. */
+    int64_t backward_auto_chunked_min_t;
     /* Optional: the nn ops of vla/nn.h (core/nn_impl.h). NULL: VLA_ERR_UNSUPPORTED. */
     const struct vla_nn_iface *nn;
 

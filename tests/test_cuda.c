@@ -533,28 +533,28 @@ typedef struct long_case {
 } long_case;
 
 static const long_case long_cases[] = {
-    {1024, 2, 32, VLA_ALGO_SEQUENTIAL, 1e-5, 1, 0}, {1024, 2, 32, VLA_ALGO_CHUNKED, 1e-5, 1, 0},
-    {1024, 2, 32, VLA_ALGO_TWO_LEVEL, 1e-5, 1, 0},  {1024, 2, 16, VLA_ALGO_SCAN, 1e-5, 1, 0},
-    {300, 2, 16, VLA_ALGO_TWO_LEVEL, 1e-5, 0, 0},   {300, 1, 16, VLA_ALGO_SCAN, 1e-5, 0, 0},
-    {16384, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},   {16384, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1, 0},
-    {131072, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1, 0}, {131072, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
-    {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1, 0},
+    {1024, 2, 32, VLA_ALGO_SEQUENTIAL, 1e-5, 1, 0, 0}, {1024, 2, 32, VLA_ALGO_CHUNKED, 1e-5, 1, 0, 0},
+    {1024, 2, 32, VLA_ALGO_TWO_LEVEL, 1e-5, 1, 0, 0},  {1024, 2, 16, VLA_ALGO_SCAN, 1e-5, 1, 0, 0},
+    {300, 2, 16, VLA_ALGO_TWO_LEVEL, 1e-5, 0, 0, 0},   {300, 1, 16, VLA_ALGO_SCAN, 1e-5, 0, 0, 0},
+    {16384, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0, 0},   {16384, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1, 0, 0},
+    {131072, 1, 32, VLA_ALGO_TWO_LEVEL, 1e-4, 1, 0, 0}, {131072, 1, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0, 0},
+    {131072, 1, 32, VLA_ALGO_SEQUENTIAL, 1e-4, 1, 0, 0},
     /* dk = 64 on the chunk-parallel form: one chunk a block, and segments of 4 chunks (H200) */
-    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, 0},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
+    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, 0, 0},   {8192, 8, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0, 0},
     /* (8,16,64) T = 2048, a target shape: two A-part segments of 16 chunks a head (H200), the
      * second's A at its start from cp_gram's parts and cp_prefix */
-    {2048, 128, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
+    {2048, 128, 64, VLA_ALGO_CHUNKED, 1e-4, 1, 0, 0},
     /* (1,4,32) T = 8192, a target shape: segments of two chunks, 64 a head (cp_prefix), the walk
      * in segments, the output split beside it (output_split_kernel) */
-    {8192, 4, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0},
+    {8192, 4, 32, VLA_ALGO_CHUNKED, 1e-4, 1, 0, 0},
     /* 320 heads of 4 chunks: more A-part blocks than two a multiprocessor hold, so the dk = 32
      * instance at three blocks a multiprocessor (80 registers) runs (chunkpar_apart_minb; 21
      * minutes in the emulator, where it passed at 1.2e-6) */
-    {256, 320, 32, VLA_ALGO_CHUNKED, 1e-5, 1, 0},
+    {256, 320, 32, VLA_ALGO_CHUNKED, 1e-5, 1, 0, 0},
     /* DeltaNet and linear on sfac_kernel: up to two blocks a multiprocessor (T = 1024: 256 chunks in
      * all) and as many as the shared memory holds (T = 4096 at dk = 64, 2048 at dk = 32) */
-    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, DE}, {4096, 16, 64, VLA_ALGO_CHUNKED, 1e-4, 1, DE},
-    {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, DE}, {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, LI},
+    {1024, 16, 64, VLA_ALGO_CHUNKED, 1e-5, 1, DE, 0}, {4096, 16, 64, VLA_ALGO_CHUNKED, 1e-4, 1, DE, 0},
+    {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, DE, 0}, {2048, 16, 32, VLA_ALGO_CHUNKED, 1e-4, 1, LI, 0},
     /* softmax's tensor-core form on few query tiles, so their keys go in parts: 4 parts (T = 1024,
      * H = 4), 5 (T = 2048, H = 4; T = 4096, H = 2) */
     {1024, 4, 64, VLA_ALGO_FUSED, 1e-5, 1, 0, 1},  {2048, 4, 32, VLA_ALGO_FUSED, 1e-4, 1, 0, 1},
@@ -953,8 +953,9 @@ static const bw_case bw_cases[] = {
     {.name = "bwd long softmax T2048 dk64 dv64", .mech = SM, .B = 1, .T = 2048, .H = 1, .dk = 64, .dv = 64,
      .big = 1},
     /* ---- the chunk form (vla_grad_chunk.cu; vla's A part in vla_grad_chunk_apart.cu), forced: on CUDA
-     * AUTO keeps the recurrent kernel (cuda_backend.c's backward_auto_sequential), so the cases above
-     * run that one and these the chunk form. Chunks of C = min(chunk, 64, T) (halved to fit shared
+     * AUTO takes it from T = 2048 (cuda_backend.c's backward_auto_chunked_min_t), so the long cases
+     * above run it on a GPU and the recurrent kernel in the emulator (T / 4), the short ones the
+     * recurrent kernel, and these the chunk form everywhere. Chunks of C = min(chunk, 64, T) (halved to fit shared
      * memory); T not a multiple of C, one token, dk != dv, more than one walk tile of 32 value
      * columns, t0 > 0 with S_in, g with exact zeros. bw_check's metric, as above: 1e-4 norm-wise per
      * tensor against the CPU backend's sequential backward and ref64. Then the recurrent kernel asked
@@ -983,6 +984,13 @@ static const bw_case bw_cases[] = {
      .up = 1, .algo = VLA_ALGO_CHUNKED},
     {.name = "bwd chunk vla dk40 dv8 T70 (C64) u up", .mech = VL, .B = 1, .T = 70, .H = 1, .dk = 40, .dv = 8,
      .with_u = 1, .up = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk long vla T4096 dk64 dv64 C64 u up", .mech = VL, .B = 1, .T = 4096, .H = 1, .dk = 64,
+     .dv = 64, .chunk = 64, .with_u = 1, .up = 1, .big = 1, .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd chunk long delta T4096 dk32 dv32 beta g states up", .mech = DE, .B = 1, .T = 4096, .H = 2,
+     .dk = 32, .dv = 32, .chunk = 64, .with_beta = 1, .with_g = 1, .states = 1, .up = 1, .big = 1,
+     .algo = VLA_ALGO_CHUNKED},
+    {.name = "bwd long linear T4096 dk64 dv64 states up sequential", .mech = LI, .B = 1, .T = 4096, .H = 1,
+     .dk = 64, .dv = 64, .chunk = 64, .states = 1, .up = 1, .big = 1, .algo = VLA_ALGO_SEQUENTIAL},
     {.name = "bwd linear T37 C16 states up sequential", .mech = LI, .B = 2, .T = 37, .H = 2, .dk = 16, .dv = 24,
      .chunk = 16, .states = 1, .up = 1, .algo = VLA_ALGO_SEQUENTIAL},
     {.name = "bwd delta T45 C16 beta g0 states up sequential", .mech = DE, .B = 1, .T = 45, .H = 2, .dk = 12,

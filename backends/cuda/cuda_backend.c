@@ -436,10 +436,12 @@ static const vla_backend_iface cuda_iface = {
     .resolve_algorithm = cuda_resolve,
     .attention_forward = cuda_forward,
     .attention_backward = vla_cuda_backward,
-    /* The chunk form of the backward (kernels/cuda/vla_grad_chunk*.cu) passes the CUDA emulator's
-     * tests and runs when asked for (--algo chunked); AUTO keeps the recurrent kernel, timed on an
-     * H200, until the chunk form is checked and timed on a GPU. */
-    .backward_auto_sequential = 1,
+    /* The chunk form of the backward (kernels/cuda/vla_grad_chunk*.cu) against the recurrent kernel,
+     * fwd + bwd on an H100 (benchmarks/results/2026-12-06-h100-backward): faster at every point timed,
+     * (B,H,d) = (1,4,32) T = 2048..32768 and (8,16,64) T = 2048, 8192: 1.4-2.3x for VLA, 1.5-33x for
+     * linear attention and DeltaNet. Shorter sequences (the trainer's T = 73) are not timed: AUTO
+     * keeps the recurrent kernel there. */
+    .backward_auto_chunked_min_t = 2048,
     .nn = &vla_cuda_nn_iface,
     .close = cuda_close,
 };
