@@ -23,6 +23,10 @@
 #                 and opencl per mechanism at MQAR n = 24, T = 73, batch 64
 #                 (benchmarks/train_speed.sh), then the paper's own step
 #                 (.peers/paper_train_speed.py) at the same setting, and paper ms / ours ms
+#   opencl_speed  (--opencl-speed, or --only opencl_speed) the OpenCL issue's speed table on
+#                 NVIDIA's OpenCL beside CUDA (benchmarks/opencl_speed.sh), in opencl-speed/
+#   throughput    (--throughput, or --only throughput) steps/s of 1, 4 and 8 vla-train processes
+#                 on the GPU, plain and under MPS (benchmarks/train_throughput.sh), in throughput/
 #   paper         (--paper, or --only paper) the paper's experiments (issue #37):
 #                 benchmarks/reproduce_paper.sh --backend cuda within the stage's limit, its
 #                 results kept in /tmp/vla-paper-results (a later call on a warm machine continues
@@ -58,6 +62,9 @@
 #   --peers LIST       comma-separated peers' scripts (default public_fwd.py; also public_fwdbwd.py)
 #   --backward         add the backward stage (off by default; up to 360 s of the deadline)
 #   --train            add the train stage (off by default; up to 250 s of the deadline)
+#   --opencl-speed     add the opencl_speed stage (off by default; up to 200 s)
+#   --ocl-rows ROWS    its rows, B,H,d,T separated by ';' (default: opencl_speed.sh's, the issue's)
+#   --throughput       add the throughput stage (off by default; up to 90 s)
 #   --paper            add the paper stage (off by default; what is left of the deadline)
 #   --paper-args ARGS  more reproduce_paper.sh flags for the paper stage, one string split at
 #                      spaces (e.g. "--only table11,table9 --mechanisms vla"; --results DIR replaces
@@ -91,9 +98,9 @@ OUTDIR=${OUT:-$ROOT/gpu-out}
 ENV_COMMIT=${VLA_COMMIT:-}
 NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null || echo 8) GATE=3000
 CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
-STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train paper sanitizers jit75 baseline peers)
+STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train opencl_speed throughput paper sanitizers jit75 baseline peers)
 declare -A SKIP=()
-BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS=""
+BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS="" OCLSPEED=0 OCL_ROWS="" THROUGHPUT=0
 
 die() { echo "gpu_report.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -112,6 +119,9 @@ while [ $# -gt 0 ]; do
     --backward) BACKWARD=1 ;;
     --train) TRAIN=1 ;;
     --paper) PAPER=1 ;;
+    --opencl-speed) OCLSPEED=1 ;;
+    --ocl-rows) OCL_ROWS=${2:?--ocl-rows needs rows}; shift ;;
+    --throughput) THROUGHPUT=1 ;;
     --paper-args) PAPER_ARGS=${2?--paper-args needs a string}; shift ;;
     --only) ONLY=${2:?--only needs stage names}; shift ;;
     --skip-tests) SKIP[test_cuda]=1 SKIP[ctest]=1 ;;
@@ -140,14 +150,16 @@ if [ "$QUICK" = 1 ]; then for s in gated sweep sdpa peers sanitizers jit75; do S
 [ "$BACKWARD" = 1 ] || [[ ",$ONLY," == *",backward,"* ]] || SKIP[backward]=1
 # So does the train stage: --train, or named in --only.
 [ "$TRAIN" = 1 ] || [[ ",$ONLY," == *",train,"* ]] || SKIP[train]=1
-# And the paper stage: --paper, or named in --only.
+# And opencl_speed, throughput and paper: their flag, or named in --only.
+[ "$OCLSPEED" = 1 ] || [[ ",$ONLY," == *",opencl_speed,"* ]] || SKIP[opencl_speed]=1
+[ "$THROUGHPUT" = 1 ] || [[ ",$ONLY," == *",throughput,"* ]] || SKIP[throughput]=1
 [ "$PAPER" = 1 ] || [[ ",$ONLY," == *",paper,"* ]] || SKIP[paper]=1
 if [ -n "$ONLY" ]; then
   for s in "${STAGES[@]}"; do [[ ",$ONLY," == *",$s,"* ]] || SKIP[$s]=1; done
   for s in ${ONLY//,/ }; do [[ " ${STAGES[*]} " == *" $s "* ]] || die "--only: no stage '$s' (${STAGES[*]})"; done
   SKIP[build]=""
   # sdpa, peers and jit75 need no main build.
-  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|check_grad|targets|gated|sweep|backward|train|paper|sanitizers|baseline|build), ]] || SKIP[build]=1
+  [[ ",$ONLY," =~ ,(test_cuda|ctest|check_cuda|check_opencl|check_grad|targets|gated|sweep|backward|train|opencl_speed|throughput|paper|sanitizers|baseline|build), ]] || SKIP[build]=1
 fi
 [ -n "$BASELINE" ] || SKIP[baseline]=1
 cd "$ROOT" || exit 2
@@ -420,6 +432,36 @@ st_train() {
   RESULT="$RESULT, $(grep -c -v '^mech,' "$R/train-paper.csv") rows"
   return $rc
 }
+# The opencl_speed stage: benchmarks/opencl_speed.sh within the stage's limit (its own deadline
+# 10 s short of it); its table, CSV and SGEMM rate in opencl-speed/, its raw vla-bench logs
+# packed into opencl-speed/raw.tar.xz (a device call returns a bounded number of files).
+st_opencl_speed() {
+  need "$B/tools/vla-bench" || return
+  local rows=()
+  [ -n "$OCL_ROWS" ] && rows=(--rows "$OCL_ROWS")
+  x "$LIM" "$R/opencl-speed.log" + bash "$ROOT/benchmarks/opencl_speed.sh" --build "$B" --out "$R/opencl-speed" \
+    --deadline $((LIM > 20 ? LIM - 10 : 10)) "${rows[@]}"
+  local rc=$?
+  ((DRY)) && return 0
+  if [ -d "$R/opencl-speed/raw" ]; then
+    tar -C "$R/opencl-speed" -cJf "$R/opencl-speed/raw.tar.xz" raw && rm -rf "$R/opencl-speed/raw"
+  fi
+  RESULT="$(grep -c '^| [0-9]' "$R/opencl-speed/opencl_speed.md" 2> /dev/null) table rows; $(last "$R/opencl-speed.log" | cut -c1-120)"
+  return $rc
+}
+# The throughput stage: 1, 4 and 8 vla-train processes (VLA, MQAR n = 24, 100 steps each) side by
+# side, plain and under MPS: whether the paper stage gains from --mps --jobs N on this GPU.
+st_throughput() {
+  need "$B/tools/vla-train" || return
+  x "$LIM" "$R/throughput.log" + bash "$ROOT/benchmarks/train_throughput.sh" --build "$B" --procs 1,4,8 --steps 100 \
+    --log-every 20 --out "$R/throughput"
+  local rc=$?
+  ((DRY)) && return 0
+  [ -d "$R/throughput/runs" ] && tar -C "$R/throughput" -cJf "$R/throughput/runs.tar.xz" runs && rm -rf "$R/throughput/runs"
+  RESULT=$(awk -F, '$7 == "ok" && $5 > b { b = $5; w = $1 " x" $2 } END { if (w != "") printf "best: %s, %.2fx one plain process", w, b }' \
+    "$R/throughput/throughput.csv" 2> /dev/null)
+  return $rc
+}
 # train_compare OURS PAPER: paper ms / ours ms per mechanism (ours: train_speed.csv; paper: the
 # CSV lines of paper_train_speed.py; where it gave no number, TRAINER.md's H200 figures: 5.1, 118,
 # 124 and 361 ms).
@@ -630,6 +672,8 @@ write_readme() {
     section "Training step: vla-train (benchmarks/train_speed.sh)" "$R/train/train_speed.md" sed '1,2d'
     section "Training step: the paper's code (paper_train_speed.py)" "$R/train-paper.csv" csv_table
     section "Training step: paper ms / ours ms" "$R/train-compare.md"
+    section "OpenCL against CUDA (benchmarks/opencl_speed.sh)" "$R/opencl-speed/opencl_speed.md"
+    section "Training processes side by side (benchmarks/train_throughput.sh)" "$R/throughput/throughput.md"
     section "The paper's experiments (benchmarks/reproduce_paper.sh)" "$R/paper/tables.md" sed '1,2d'
     section "compute-sanitizer over vla-check --backend cuda" "$R/sanitizers.txt" sed 's/^/    /'
     section "Against the baseline" "$R/baseline-compare.txt" sed 's/^/    /'
@@ -690,6 +734,8 @@ stage sweep 90 st_sweep
 stage sdpa 90 st_sdpa
 stage backward 360 st_backward
 stage train 250 st_train
+stage opencl_speed 200 st_opencl_speed
+stage throughput 90 st_throughput
 stage paper 600 st_paper
 start_builds
 stage sanitizers 360 st_sanitizers
