@@ -409,7 +409,9 @@ st_train() {
   local l bes=cuda rc=0 r src="" dir
   [ "$OPENCL" = OFF ] || bes=cuda,opencl
   l=$(sublim 150)
+  # The chunk form of the backward beside AUTO's (the recurrent kernel below T = 2048 on CUDA).
   x "$l" "$R/train-speed.log" + bash "$ROOT/benchmarks/train_speed.sh" --build "$B" --backends "$bes" \
+    --mechanisms softmax,linear,linear:chunked,delta,delta:chunked,vla,vla:chunked,deltanet \
     --budget $((l > 20 ? l - 10 : (l > 1 ? l - 1 : 1))) --out "$R/train"
   rc=$?
   RESULT="vla-train exit $rc, $(grep -c ',ok$' "$R/train/train_speed.csv" 2> /dev/null) runs ok; "

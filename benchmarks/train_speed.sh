@@ -37,7 +37,9 @@
 #   --backends LIST      comma-separated vla-train backends (cpu, cuda[:N], opencl[:P:D]); default:
 #                        cuda and opencl where the build has them with a GPU, else cpu (the CPU is
 #                        off by default where there is a GPU: name it to add it)
-#   --mechanisms LIST    default softmax,linear,delta,vla,deltanet
+#   --mechanisms LIST    default softmax,linear,delta,vla,deltanet; an item MECH:ALGO runs vla-train
+#                        --algo ALGO (e.g. vla:chunked beside vla, whose AUTO may differ), its row
+#                        named so
 #   --steps N            timed steps per run (default 60)
 #   --warmup-steps W     steps before them, not timed (default 10)
 #   --log-every K        steps per timed block (default 5; lowered to a divisor of W)
@@ -118,13 +120,15 @@ left() { echo $((BUDGET - (SECONDS - T0))); }
 # cap: the run's limit, --run-timeout or what is left of the budget (less 3 s to write the tables).
 cap() { local l=$(($(left) - 3)); if ((l < RUN_CAP)); then echo "$l"; else echo "$RUN_CAP"; fi; }
 say() { echo "[train_speed $((SECONDS - T0)) s] $*" >&2; }
-tag() { echo "${1//[^A-Za-z0-9]/-}-$2"; }
+tag() { echo "${1//[^A-Za-z0-9]/-}-${2//[^A-Za-z0-9]/-}"; }
 declare -A MS MEAN MIN MAX NB DEV STATUS PROF
 
 # train_cmd BACKEND MECH STEPS LOG_EVERY DIR: the vla-train command line, into CMD.
 train_cmd() {
-  CMD=("$TRAIN" --backend "$1" --mechanism "$2" --task mqar --pairs "$PAIRS" --batch "$BATCH" --seed "$SEED"
+  local mech=${2%%:*}
+  CMD=("$TRAIN" --backend "$1" --mechanism "$mech" --task mqar --pairs "$PAIRS" --batch "$BATCH" --seed "$SEED"
     --steps "$3" --log-every "$4" --eval-batches 1 --eval-batch 1 --ckpt-every 0 --out "$5")
+  [[ $2 == *:* ]] && CMD+=(--algo "${2#*:}")
   [[ $1 == cpu* ]] && ((THREADS)) && CMD+=(--threads "$THREADS")
 }
 

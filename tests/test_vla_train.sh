@@ -180,6 +180,9 @@ expect resume-mismatch 1 "--lr: 0.001 differs from the checkpoint's 0.0003" --re
 expect resume-other-task 1 "--task: copy differs" --resume --task copy --out "$WORK/full-softmax"
 expect resume-nothing 1 "no checkpoint to resume" --resume --out "$WORK/x1"
 expect unknown-backend 1 "--backend" --backend nosuch --mechanism softmax "${SMALL[@]}" --out "$WORK/x1"
+expect bad-algo 2 "--algo: 'scan': auto, sequential or chunked" --algo scan "${SMALL[@]}" --out "$WORK/x1"
+expect softmax-algo 2 "softmax runs its fused kernel" --mechanism softmax --algo chunked "${SMALL[@]}" --out "$WORK/x1"
+expect deltanet-algo 2 "sequential form only" --mechanism deltanet --algo chunked "${SMALL[@]}" --out "$WORK/x1"
 expect stop-before-checkpoint 2 "--stop-after: 4 is not after the checkpoint's step 12" --resume --stop-after 4 \
     --out "$WORK/half-softmax-again"
 [ ! -e "$WORK/x1" ] && pass "no directory made by a refused run" || fail "a refused run made $WORK/x1"

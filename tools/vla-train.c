@@ -71,7 +71,7 @@ static int lib_fail(const char *what, vla_status s) {
 /* ---- options ------------------------------------------------------------------------------ */
 
 typedef struct opts {
-    const char *backend, *mechanism, *task, *out;
+    const char *backend, *mechanism, *task, *out, *algo;
     int pairs, seq_len, batch, eval_batches, eval_batch, threads;
     int64_t steps, warmup, seed, eval_every, log_every, ckpt_every, stop_after;
     double lr, weight_decay, clip;
@@ -93,6 +93,7 @@ static const flag flags[] = {
     {"--backend", K_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
     {"--mechanism", K_STR, OFF(mechanism), "M", "vla", "softmax|linear|delta|vla|deltanet (below)"},
     {"--task", K_STR, OFF(task), "T", "mqar", "mqar|mqar-zoology|copy|copy-paper (below)"},
+    {"--algo", K_STR, OFF(algo), "A", "auto", "the attention op's algorithm, forward and backward: auto, sequential, chunked"},
     {"--pairs", K_INT, OFF(pairs), "N", "24", "key-value pairs (mqar, mqar-zoology)"},
     {"--seq-len", K_INT, OFF(seq_len), "T", "mqar 3n+1, mqar-zoology 4n, copy 64", "sequence length"},
     {"--steps", K_I64, OFF(steps), "N", "3000", "optimizer steps (the schedule's length)"},
@@ -205,7 +206,7 @@ static int set_value(opts *o, const flag *f, const char *val) {
 
 static int parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
-    o->backend = "cpu", o->mechanism = "vla", o->task = "mqar";
+    o->backend = "cpu", o->mechanism = "vla", o->task = "mqar", o->algo = "auto";
     o->pairs = 24, o->batch = 64, o->eval_batches = 20, o->eval_batch = 32;
     o->steps = 3000, o->warmup = -1, o->seed = 42, o->log_every = 10, o->ckpt_every = 500;
     o->lr = 3e-4, o->weight_decay = 1e-2, o->clip = 1.0;
@@ -264,6 +265,19 @@ static int check_ranges(const opts *o) {
     if (o->ckpt_every < 0) return fail(EXIT_USAGE, "--ckpt-every", "%lld: must be >= 0", (long long)o->ckpt_every);
     if (o->stop_after < 0) return fail(EXIT_USAGE, "--stop-after", "%lld: must be >= 0", (long long)o->stop_after);
     if (o->threads < 0) return fail(EXIT_USAGE, "--threads", "%d: must be >= 0", o->threads);
+    return 0;
+}
+
+/* --algo for this mixer: auto, sequential or chunked where the mechanism has that form (softmax runs
+ * its fused kernel only, the paper's DeltaNet its sequential form only). */
+static int algo_for(const char *name, tm_mixer mix, vla_algorithm *out) {
+    if (vla_algorithm_from_name(name, out) != VLA_OK ||
+        (*out != VLA_ALGO_AUTO && *out != VLA_ALGO_SEQUENTIAL && *out != VLA_ALGO_CHUNKED))
+        return fail(EXIT_USAGE, "--algo", "'%s': auto, sequential or chunked", name);
+    if (mix == TM_SOFTMAX && *out != VLA_ALGO_AUTO)
+        return fail(EXIT_USAGE, "--algo", "'%s': softmax runs its fused kernel (auto) only", name);
+    if (mix == TM_DELTANET && *out == VLA_ALGO_CHUNKED)
+        return fail(EXIT_USAGE, "--algo", "'%s': the paper's DeltaNet has a sequential form only", name);
     return 0;
 }
 
@@ -769,10 +783,13 @@ int main(int argc, char **argv) {
     }
     const run *r = &c.r;
     const int Bmax = r->batch > o->eval_batch ? r->batch : o->eval_batch, T = r->task.T;
+    vla_algorithm algo;
+    if ((rc = algo_for(o->algo, r->cfg.mixer, &algo))) goto out_close;
     if ((s = tm_create(&c.m, be, &r->cfg, Bmax, T))) {
         rc = lib_fail("model", s);
         goto out_close;
     }
+    c.m.desc.algorithm = algo;
     const size_t n = c.m.P.total, M = (size_t)Bmax * T;
     c.tok = malloc(M * sizeof *c.tok), c.tgt = malloc(M * sizeof *c.tgt);
     c.host_logits = malloc(M * (size_t)r->cfg.V * sizeof(float));
@@ -825,6 +842,7 @@ int main(int argc, char **argv) {
     printf("task %s; batch %d; %lld steps, lr %g, warmup %lld, cosine; AdamW wd %g, clip %g; seed %llu\n",
            task_words(&r->task, tw, sizeof tw), r->batch, (long long)r->steps, r->lr, (long long)r->warmup,
            r->weight_decay, r->clip, (unsigned long long)r->seed);
+    if (algo != VLA_ALGO_AUTO) printf("attention: --algo %s, forward and backward\n", o->algo);
     if (o->resume) printf("resuming %s at step %lld\n", c.ckpt_path, (long long)step);
     printf("out: %s (train.csv, checkpoint.bin, summary.csv%s)\n", o->out, o->profile ? ", profile.csv" : "");
     fflush(stdout);
