@@ -500,18 +500,35 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
 #undef DDX
 }
 
-/* ---- linear: n_t prefix and the dn suffix, one thread per (head, column) ---- */
+/* ---- linear: n_t prefix and the dn suffix, one thread per (head, column) ----
+ * Each thread walks its T tokens in order, one add a token as before. The loads come GC_NB tokens
+ * at a time, ahead of the dependent adds: N and
+ * dKf may alias Kf and Qp as far as the compiler knows, so without the batch every token's load
+ * waits for the previous token's store: a memory latency a token. On an H100 at (1,4,32) T = 32768
+ * linear attention's chunked fwd+bwd took 32.5 ms against DeltaNet's 14.2, whose walks do more
+ * work but have no such loops: 0.28 us a token for each of the two (an inference, not profiled). */
+#define GC_NB 16
+
 __global__ void __launch_bounds__(VLACU_NT) gc_nprefix_kernel(const gchunk_params P) {
     const vlacu_args &a = P.a;
     const int T = a.T, dk = a.dk;
     const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= (size_t)a.B * a.H * dk) return;
     const size_t bh = id / dk, j = id - bh * dk;
+    const float *kf = P.Kf + bh * T * dk + j;
+    float *nn = P.N + bh * T * dk + j;
     float x = a.n_in ? a.n_in[id] : 0.0f;
-    for (int t = 0; t < T; t++) {
-        const size_t p = ((size_t)bh * T + t) * dk + j;
-        x += P.Kf[p];
-        P.N[p] = x;
+    for (int t0 = 0; t0 < T; t0 += GC_NB) {
+        const int nb = imin(GC_NB, T - t0);
+        float v[GC_NB];
+#pragma unroll
+        for (int u = 0; u < GC_NB; u++) v[u] = u < nb ? kf[(size_t)(t0 + u) * dk] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < GC_NB; u++)
+            if (u < nb) {
+                x += v[u];
+                nn[(size_t)(t0 + u) * dk] = x;
+            }
     }
 }
 
@@ -522,14 +539,29 @@ __global__ void __launch_bounds__(VLACU_NT) gc_dn_kernel(const gchunk_params P) 
     if (id >= (size_t)a.B * a.H * dk) return;
     const size_t bh = id / dk, j = id - bh * dk;
     const bool linear = a.mech == VLACU_LINEAR; /* (vla: dk~ is dn alone; linear adds dW's part) */
+    const float *qp = P.Qp + bh * T * dk + j, *dr = P.dr + bh * T;
+    float *dkf = P.dKf + bh * T * dk + j;
     float dn = P.dn_end ? P.dn_end[id] : 0.0f;
-    for (int t = T - 1; t >= 0; t--) {
-        const size_t p = ((size_t)bh * T + t) * dk + j;
-        dn += P.dr[(size_t)bh * T + t] * P.Qp[p];
-        P.dKf[p] = linear ? P.dKf[p] + dn : dn;
+    for (int t1 = T; t1 > 0; t1 -= GC_NB) { /* tokens t1 - 1 down to t1 - nb */
+        const int nb = imin(GC_NB, t1);
+        float r[GC_NB], q[GC_NB], w[GC_NB];
+#pragma unroll
+        for (int u = 0; u < GC_NB; u++) {
+            const int t = t1 - 1 - u;
+            r[u] = u < nb ? dr[t] : 0.0f;
+            q[u] = u < nb ? qp[(size_t)t * dk] : 0.0f;
+            w[u] = u < nb && linear ? dkf[(size_t)t * dk] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < GC_NB; u++)
+            if (u < nb) {
+                dn += r[u] * q[u];
+                dkf[(size_t)(t1 - 1 - u) * dk] = linear ? w[u] + dn : dn;
+            }
     }
     if (P.dn0) P.dn0[id] = dn;
 }
+#undef GC_NB
 
 std::atomic<size_t> fac_smem_set[64], vjp_smem_set[64], fwalk_smem_set[64], bwalk_smem_set[64];
 
