@@ -9,6 +9,9 @@
 #   CUDA VLA chunked       where the build has the CUDA backend and a device; else "-"
 #   OpenCL softmax, CUDA softmax (fused; OpenCL's tiled kernel softmax_fused, which GPUs run,
 #                          forced on other devices with VLA_OPENCL_SOFTMAX_TILED=1)
+#   OpenCL softmax rb      the register-blocked softmax_rb64/128 (VLA_OPENCL_SOFTMAX_KERNEL=rb;
+#                          kernels/opencl/softmax.cl), beside softmax_fused until one is the
+#                          default; d > 128 falls back to softmax_fused; CSV algo "fused-rb"
 #   OpenCL linear and DeltaNet, chunked and sequential (--no-extras leaves them out)
 # and, once, CLBlast's SGEMM rate on the OpenCL device (backends/opencl/bench_clblast.c, n x n x
 # n up to n = 1024, compiled here with cc), which the GFLOP/s columns are set against.
@@ -18,7 +21,7 @@
 # are missing (CUDA absent, a point cut by its limit) reads "-", not pass.
 #
 # Timing: one vla-bench call per (row, series group): OpenCL VLA chunked; CUDA VLA chunked and
-# softmax; OpenCL VLA sequential; OpenCL softmax; OpenCL linear and DeltaNet. Each gets
+# softmax; OpenCL VLA sequential; OpenCL softmax; OpenCL softmax rb; OpenCL linear and DeltaNet. Each gets
 # vla-bench's --budget (the row's time left or the deadline's, whichever is less; vla-bench
 # skips a point whose first run shows the rest would not fit) under `timeout` (that budget plus
 # 10 s, so a row may overrun --row-timeout by that much; the deadline holds). A point skipped for the budget is tried once more with -r 2 --warmup 1 when twice its
@@ -117,7 +120,8 @@ echo "backend,device,mechanism,algo,B,H,T,dk,dv,median_ms,min_ms,max_ms,tokens_p
 NOTES=()
 
 # bench_call TAG CAP BACKEND MECHS ALGOS B H d T [VAR=VALUE...]: one vla-bench call within CAP
-# seconds; its CSV rows are appended to $CSV (the header once). A point skipped for the budget
+# seconds; its CSV rows are appended to $CSV (the header once), their algo column replaced by
+# $ALGO_AS where that is set (two kernels of one algorithm, told apart in the tables). A point skipped for the budget
 # whose first run took X s is tried once more with -r 2 --warmup 1 when 2X + 5 s fits what is left.
 bench_call() {
   local tag=$1 cap=$2 be=$3 mechs=$4 algos=$5 b=$6 h=$7 d=$8 t=$9
@@ -136,7 +140,7 @@ bench_call() {
     local rc=$?
     ((rc == 124 || rc == 137)) && NOTES+=("$tag: cut by its limit ($cap + 10 s)")
     # The measured rows, their first 15 fields (a call with a skipped point adds a note column).
-    [ -s "$raw.csv" ] && tail -n +2 "$raw.csv" | awk -F, -v OFS=, '$10 != "" { NF = 15; print }' >> "$CSV"
+    [ -s "$raw.csv" ] && tail -n +2 "$raw.csv" | awk -F, -v OFS=, -v lab="${ALGO_AS:-}" '$10 != "" { NF = 15; if (lab != "") $4 = lab; print }' >> "$CSV"
     grep -E ': (skipped|error)' "$raw.log" | sed 's/^\[ *[0-9.]* s\] //' | while read -r l; do echo "$tag: $l"; done >> "$OUTD/raw/notes.txt"
     local one
     one=$(sed -n 's/.*skipped: budget: one run took \([0-9.e+-]*\) s.*/\1/p' "$raw.log" | sort -g | tail -n 1)
@@ -209,7 +213,7 @@ for r in "${ROW_LIST[@]}"; do
   key="$b-$h-$d-$t"
   calls=("ocl-vla-chunked|$OCL|vla|chunked")
   ((USE_CUDA)) && calls+=("cuda-vla-softmax|$CUDA|vla,softmax|chunked")
-  calls+=("ocl-vla-sequential|$OCL|vla|sequential" "ocl-softmax|$OCL|softmax|fused")
+  calls+=("ocl-vla-sequential|$OCL|vla|sequential" "ocl-softmax|$OCL|softmax|fused" "ocl-softmax-rb|$OCL|softmax|fused")
   ((EXTRAS)) && calls+=("ocl-linear-delta|$OCL|linear,delta|chunked,sequential")
   for c in "${calls[@]}"; do
     IFS='|' read -r tag be mechs algos <<< "$c"
@@ -220,7 +224,13 @@ for r in "${ROW_LIST[@]}"; do
       continue
     fi
     ((DRY)) && cap=$ROW_CAP
-    if [[ $tag == ocl-* ]]; then
+    if [[ $tag == ocl-softmax-rb ]]; then
+      ALGO_AS=fused-rb bench_call "$key-$tag" "$cap" "$be" "$mechs" "$algos" "$b" "$h" "$d" "$t" "${CPENV[@]}" \
+        VLA_OPENCL_SOFTMAX_KERNEL=rb
+    elif [[ $tag == ocl-softmax ]]; then
+      bench_call "$key-$tag" "$cap" "$be" "$mechs" "$algos" "$b" "$h" "$d" "$t" "${CPENV[@]}" \
+        VLA_OPENCL_SOFTMAX_KERNEL=fused
+    elif [[ $tag == ocl-* ]]; then
       bench_call "$key-$tag" "$cap" "$be" "$mechs" "$algos" "$b" "$h" "$d" "$t" "${CPENV[@]}"
     else
       bench_call "$key-$tag" "$cap" "$be" "$mechs" "$algos" "$b" "$h" "$d" "$t"
@@ -267,36 +277,38 @@ fails=0 missing=0
     "OpenCL with VLA_OPENCL_CHUNKPAR_GPU=$CP_GPU VLA_OPENCL_SOFTMAX_TILED=$CP_GPU"
   echo "- CLBlast SGEMM (n x n x n, best n of 256, 512, 1024): ${SGEMM_GF:--} GFLOP/s"
   echo
-  echo "| B,H,d | T | OCL VLA chunked ms | OCL VLA seq ms | CUDA VLA chunked ms | chunked / CUDA | chunked / seq | OCL softmax ms | CUDA softmax ms | softmax OCL / CUDA | VLA <= ${RATIO}x CUDA | VLA chunked < seq | softmax <= ${RATIO}x CUDA |"
-  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|"
+  echo "| B,H,d | T | OCL VLA chunked ms | OCL VLA seq ms | CUDA VLA chunked ms | chunked / CUDA | chunked / seq | OCL softmax ms | OCL softmax rb ms | CUDA softmax ms | softmax OCL / CUDA | rb / CUDA | VLA <= ${RATIO}x CUDA | VLA chunked < seq | softmax <= ${RATIO}x CUDA |"
+  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|"
   for r in "${ROW_LIST[@]}"; do
     IFS=, read -r b h d t <<< "$r"
     oc=$(get "$OCL_NAME" vla chunked "$b" "$h" "$d" "$t" 10)
     os=$(get "$OCL_NAME" vla sequential "$b" "$h" "$d" "$t" 10)
     cc_=$(get "$CUDA_NAME" vla chunked "$b" "$h" "$d" "$t" 10)
     of=$(get "$OCL_NAME" softmax fused "$b" "$h" "$d" "$t" 10)
+    orb=$(get "$OCL_NAME" softmax fused-rb "$b" "$h" "$d" "$t" 10)
     cf=$(get "$CUDA_NAME" softmax fused "$b" "$h" "$d" "$t" 10)
     j1=$(judge "$oc" "$cc_" "$RATIO") j2=$(faster "$oc" "$os") j3=$(judge "$of" "$cf" "$RATIO")
     for j in "$j1" "$j2" "$j3"; do [ "$j" = FAIL ] && fails=$((fails + 1)); done
-    for v in "$oc" "$os" "$of"; do [ -n "$v" ] || missing=$((missing + 1)); done
+    for v in "$oc" "$os" "$of" "$orb"; do [ -n "$v" ] || missing=$((missing + 1)); done
     if ((USE_CUDA)); then for v in "$cc_" "$cf"; do [ -n "$v" ] || missing=$((missing + 1)); done; fi
     echo "| $b,$h,$d | $t | $(fmt "$oc") | $(fmt "$os") | $(fmt "$cc_") | $(div "$oc" "$cc_") | $(div "$oc" "$os") |" \
-      "$(fmt "$of") | $(fmt "$cf") | $(div "$of" "$cf") | $j1 | $j2 | $j3 |"
+      "$(fmt "$of") | $(fmt "$orb") | $(fmt "$cf") | $(div "$of" "$cf") | $(div "$orb" "$cf") | $j1 | $j2 | $j3 |"
   done
   echo
   echo "GFLOP/s (vla-bench's FLOP counts; in brackets, of CLBlast's SGEMM rate):"
   echo
   if ((EXTRAS)); then
-    echo "| B,H,d | T | OCL VLA chunked | OCL VLA seq | OCL softmax | CUDA VLA chunked | OCL linear chunked / seq ms | OCL DeltaNet chunked / seq ms |"
-    echo "|---|--:|--:|--:|--:|--:|--:|--:|"
+    echo "| B,H,d | T | OCL VLA chunked | OCL VLA seq | OCL softmax | OCL softmax rb | CUDA VLA chunked | OCL linear chunked / seq ms | OCL DeltaNet chunked / seq ms |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
   else
-    echo "| B,H,d | T | OCL VLA chunked | OCL VLA seq | OCL softmax | CUDA VLA chunked |"
-    echo "|---|--:|--:|--:|--:|--:|"
+    echo "| B,H,d | T | OCL VLA chunked | OCL VLA seq | OCL softmax | OCL softmax rb | CUDA VLA chunked |"
+    echo "|---|--:|--:|--:|--:|--:|--:|"
   fi
   for r in "${ROW_LIST[@]}"; do
     IFS=, read -r b h d t <<< "$r"
     line="| $b,$h,$d | $t | $(pct "$(get "$OCL_NAME" vla chunked "$b" "$h" "$d" "$t" 14)")"
     line+=" | $(pct "$(get "$OCL_NAME" vla sequential "$b" "$h" "$d" "$t" 14)") | $(pct "$(get "$OCL_NAME" softmax fused "$b" "$h" "$d" "$t" 14)")"
+    line+=" | $(pct "$(get "$OCL_NAME" softmax fused-rb "$b" "$h" "$d" "$t" 14)")"
     line+=" | $(pct "$(get "$CUDA_NAME" vla chunked "$b" "$h" "$d" "$t" 14)")"
     if ((EXTRAS)); then
       for m in linear delta; do
@@ -308,7 +320,8 @@ fails=0 missing=0
   done
   echo
   echo "Targets (issue #38): VLA chunked within ${RATIO}x of CUDA VLA chunked and faster than OpenCL VLA" \
-    "sequential at every row; softmax within ${RATIO}x of CUDA softmax. \"-\": not judged (a number missing)." \
+    "sequential at every row; softmax (the default kernel, softmax_fused) within ${RATIO}x of CUDA softmax." \
+    "\"-\": not judged (a number missing)." \
     "FAIL: $fails; series without a number: $missing."
   if ((${#NOTES[@]})) || [ -s "$OUTD/raw/notes.txt" ]; then
     echo

@@ -464,6 +464,53 @@ START_TEST(test_chunkpar) {
 }
 END_TEST
 
+/* The tiled softmax kernels GPUs run (kernels/opencl/softmax.cl), forced onto the first device
+ * (VLA_OPENCL_SOFTMAX_TILED=1): softmax_fused and the register-blocked softmax_rb64/rb128
+ * (VLA_OPENCL_SOFTMAX_KERNEL=rb) at the sizes that pick each query tile (QB = 64 at d <= ~40, 32
+ * at d = 64, 16 at d = 128), T not a multiple of the tiles, dk != dv, and a dk beyond rb's reach
+ * (its fallback to softmax_fused). Against ref64, 1e-5 norm-wise (VLA-MATH 3's float32 bound). */
+typedef struct sm_case {
+    const char *name;
+    int B, T, H, dk, dv;
+} sm_case;
+static const sm_case sm_cases[] = {
+    {"d20x36 T65", 2, 65, 2, 20, 36}, {"d64 T130", 1, 130, 2, 64, 64}, {"d128 T70", 1, 70, 1, 128, 128},
+    {"d96x40 T1", 1, 1, 1, 96, 40},   {"dk140 fallback", 1, 33, 1, 140, 64},
+};
+#define N_SM ((int)(sizeof sm_cases / sizeof sm_cases[0]))
+
+START_TEST(test_softmax_tiles) {
+    const sm_case *c = &sm_cases[_i / 2];
+    const char *kern = _i % 2 ? "rb" : "fused";
+    tu_rng r;
+    tu_seed(&r, test_seed() + 7919u * (uint64_t)_i);
+    vla_attn_desc d;
+    ck_assert_int_eq(vla_attn_desc_init(&d, VLA_MECH_SOFTMAX), VLA_OK);
+    tu_problem p = {.B = c->B, .T = c->T, .H = c->H, .dk = c->dk, .dv = c->dv};
+    const size_t nqk = tu_nqk(&p), nvo = tu_nvo(&p);
+    float *q = tu_randn_new(&r, nqk), *k = tu_randn_new(&r, nqk), *v = tu_randn_new(&r, nvo);
+    p.q = q, p.k = k, p.v = v;
+    double *o_ref = malloc(nvo * sizeof(double));
+    ck_assert_int_eq(ref64_forward(&d, p.B, p.T, p.H, p.dk, p.dv, 0, q, k, v, NULL, NULL, NULL, NULL, NULL, NULL,
+                                   o_ref, NULL, NULL, NULL),
+                     0);
+    setenv("VLA_OPENCL_SOFTMAX_TILED", "1", 1);
+    setenv("VLA_OPENCL_SOFTMAX_KERNEL", kern, 1);
+    vla_backend *b = open_ocl();
+    tu_result res;
+    const vla_status s = tu_run(b, &d, &p, 0, &res);
+    unsetenv("VLA_OPENCL_SOFTMAX_TILED");
+    unsetenv("VLA_OPENCL_SOFTMAX_KERNEL");
+    ck_assert_msg(s == VLA_OK, "%s (%s): %s", c->name, kern, vla_backend_message(b));
+    const double eo = res.o_unwritten ? INFINITY : tu_relerr(res.o, o_ref, nvo);
+    fprintf(stderr, "  softmax tiles %-15s %-5s o %.2e (tol 1e-05)\n", c->name, kern, eo);
+    ck_assert_msg(eo < 1e-5, "%s (%s): o %.2e", c->name, kern, eo);
+    tu_result_free(&res);
+    vla_backend_close(b);
+    free(q), free(k), free(v), free(o_ref);
+}
+END_TEST
+
 static Suite *opencl_suite(void) {
     Suite *s = suite_create("opencl");
     TCase *tc = tcase_create("backend");
@@ -485,6 +532,10 @@ static Suite *opencl_suite(void) {
     tcase_set_timeout(cpt, 120);
     tcase_add_loop_test(cpt, test_chunkpar, 0, (int)(sizeof cp_cases / sizeof cp_cases[0]));
     suite_add_tcase(s, cpt);
+    TCase *smt = tcase_create("softmax_tiles");
+    tcase_set_timeout(smt, 120);
+    tcase_add_loop_test(smt, test_softmax_tiles, 0, 2 * N_SM);
+    suite_add_tcase(s, smt);
     return s;
 }
 

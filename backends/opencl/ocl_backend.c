@@ -278,6 +278,8 @@ static const struct {
     [OCL_K_CP_OUT] = {"cp_out", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_NSUM] = {"cp_nsum", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_NORM] = {"cp_norm", OCL_FAM_CHUNKPAR},
+    [OCL_K_SOFTMAX_RB64] = {"softmax_rb64", OCL_FAM_SOFTMAX},
+    [OCL_K_SOFTMAX_RB128] = {"softmax_rb128", OCL_FAM_SOFTMAX},
 };
 
 static const char *const family_file[OCL_NFAM] = {

@@ -70,6 +70,8 @@ typedef enum ocl_kernel_id {
     OCL_K_CP_OUT,
     OCL_K_CP_NSUM,
     OCL_K_CP_NORM,
+    OCL_K_SOFTMAX_RB64,  /* softmax.cl's register-blocked softmax, dv <= 64 */
+    OCL_K_SOFTMAX_RB128, /* and dv <= 128 */
     OCL_NK
 } ocl_kernel_id;
 

@@ -113,7 +113,7 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "grad_norm_den", "grad_norm", "grad_prep",
     "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "dp_prep", "dp_sequential", "grad_dp",
     "dp_grad_prep", "grad_dp (local dS)", "cp_gram", "cp_prefix", "cp_apart", "cp_aend", "cp_sfac", "cp_walk",
-    "cp_out", "cp_nsum", "cp_norm", "CLBlast sgemm",
+    "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "CLBlast sgemm",
 };
 
 /* Enqueues `groups` work-groups of wg items. */
@@ -353,6 +353,49 @@ static vla_status scan_maps_levels(vla_backend *b, const op *p, cl_mem maps, int
     return VLA_OK;
 }
 
+/* softmax.cl's rb_pad: a local row stride for n floats, a multiple of 4 whose quarter is odd. */
+static int sm_rb_pad(int n) {
+    const int n4 = (n + 3) & ~3;
+    return (n4 & 7) ? n4 : n4 + 4;
+}
+
+/* The register-blocked softmax (softmax.cl, softmax_rb64/128) when VLA_OPENCL_SOFTMAX_KERNEL=rb
+ * and the shape fits; *done = 0 leaves the call to softmax_fused. softmax_fused stays the
+ * default until softmax_rb is timed on a GPU (benchmarks/opencl_speed.sh's "OpenCL softmax rb").
+ * Query rows per group QB = 64, 32 or 16 (WG = 4 QB items): the largest whose local memory
+ * ([QB][dks] queries, a [64][max(dks, dvs)] K-or-V tile, [64][qbs] probabilities, [16][qbs] row
+ * partials) fits in min(device, 48 KiB), 48 KiB being what NVIDIA's OpenCL gives a group, so
+ * every device takes the tiles a GPU takes: dk = dv = 64 gives QB = 32 (36.8 KiB), dk = dv =
+ * 128 QB = 16 (47.5 KiB), small d QB = 64; dv > 128 or dk > 132 fall back to softmax_fused. */
+static vla_status softmax_rb(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const op *p, int *done) {
+    ocl_ctx *ctx = b->context;
+    const int T = p->T, dk = p->dk, dv = p->dv;
+    *done = 0;
+    if (dv > 128) return VLA_OK;
+    const ocl_kernel_id id = dv <= 64 ? OCL_K_SOFTMAX_RB64 : OCL_K_SOFTMAX_RB128;
+    cl_kernel kern;
+    TRY(ocl_kernel(b, id, &kern));
+    const size_t dks = (size_t)sm_rb_pad(dk), dvs = dv <= 64 ? 64 : 128;
+    const cl_ulong budget = ctx->local_mem < 49152 ? ctx->local_mem : 49152;
+    for (int qb = 64; qb >= 16; qb /= 2) {
+        size_t wg = 0;
+        vla_status s = ocl_wg(b, id, 4 * qb, &wg);
+        if (s != VLA_OK) return s;
+        if (wg != (size_t)(4 * qb)) continue; /* the kernel's grid is QB/4 x 16 items */
+        const size_t qbs = (size_t)sm_rb_pad(qb);
+        const size_t lbytes = sizeof(float) * (qb * dks + 64 * (dks > dvs ? dks : dvs) + 64 * qbs + 16 * qbs);
+        if (lbytes > budget) continue;
+        const int ntiles = (T + qb - 1) / qb;
+        launch l = start(b, id);
+        a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->v)), a_mem(&l, MEM(a->o)), a_int(&l, T),
+            a_int(&l, p->H), a_int(&l, dk), a_int(&l, dv), a_flt(&l, (float)d->scale), a_int(&l, ntiles);
+        arg(&l, lbytes, NULL);
+        *done = 1;
+        return run(&l, (size_t)p->BH * ntiles, wg);
+    }
+    return VLA_OK;
+}
+
 static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, op *p) {
     ocl_ctx *ctx = b->context;
     const int vla = d->mechanism == VLA_MECH_VLA, delta = d->mechanism == VLA_MECH_DELTA;
@@ -387,6 +430,16 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         return run(&l, (nrows + wg - 1) / wg, wg);
     }
     if (d->mechanism == VLA_MECH_SOFTMAX) {
+        /* VLA_OPENCL_SOFTMAX_KERNEL (development): fused (the default) or rb (softmax_rb above). */
+        const char *kname = getenv("VLA_OPENCL_SOFTMAX_KERNEL");
+        if (kname && kname[0] && strcmp(kname, "fused") != 0) {
+            if (strcmp(kname, "rb") != 0)
+                return vla_fail(b, VLA_ERR_UNSUPPORTED,
+                                "vla_attention_forward: VLA_OPENCL_SOFTMAX_KERNEL=%s; fused or rb", kname);
+            int done = 0;
+            TRY(softmax_rb(b, d, a, p, &done));
+            if (done) return VLA_OK;
+        }
         /* 16 query rows x 8 lanes; 8 rows when d is large, so the query tile and the accumulators
          * ([rows, dk] + [rows, dv] floats) leave room for a key tile. */
         const size_t wg = wg_of(b, OCL_K_SOFTMAX, dk + dv > 256 ? 64 : 128, &s);

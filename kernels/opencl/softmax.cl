@@ -145,3 +145,202 @@ __kernel void softmax_rows(__global const float *q, __global const float *k, __g
     const float inv = 1.0f / l;
     for (int c = 0; c < dv; c++) oi[c] = isn ? NAN : acc[c] * inv;
 }
+
+/* ---- softmax_rb64, softmax_rb128: the same online softmax, register-blocked ----
+ *
+ * One work-group per (head, tile of QB query rows), WG = 4 QB items (QB = 64, 32 or 16: the host
+ * takes the largest whose local memory fits, see ocl_ops.c) laid out as a grid of QB/4 x 16:
+ * item (ty, tx) = (lid / 16, lid % 16) owns query rows 4 ty .. 4 ty + 3 of the tile, keys
+ * tx, tx + 16, tx + 32, tx + 48 of each 64-key tile, and output columns 4 tx + 64 j .. + 3
+ * (j < NJ: softmax_rb64 takes dv <= 64, NJ = 1; softmax_rb128 dv <= 128, NJ = 2). Per key tile:
+ *   1. stage K rows [64][dks] (zero past the keys and past dk);
+ *   2. scores: a 4 x 4 block in registers, over dk in steps of 4: four float4 of Q (one a row) and
+ *      four of K (one a key), 64 multiply-adds; causal mask per element; each row's partial max
+ *      over the item's 4 keys goes to red;
+ *   3. each row's new max from the 16 partial maxima (the 16 items of a row compute the same
+ *      value in the same order, so m and the correction agree without further exchange); p =
+ *      exp(s - m) for unmasked scores, 0 for masked ones; p goes to Pt [64][qbs] (key-major, four
+ *      rows a float4); V rows are staged where K was;
+ *   4. P V: per key one float4 of P (the item's 4 rows) and NJ float4 of V, 16 NJ multiply-adds.
+ * Each item keeps its own partial row sums l (its keys only; the same m, so the same rescaling);
+ * the 16 partials of a row are added through red at the end.
+ *
+ * NaN: a NaN score of an unmasked key gives p = NaN, so l and every accumulator of its row are
+ * NaN from there (p * v is NaN for any v) and so is the row's output, as with softmax_fused
+ * (fmax skips the NaN, so m itself stays finite). Masked scores are replaced (a select), not
+ * multiplied, and in step 4 a masked key's term is skipped by a select, so a NaN in a future key
+ * or value never reaches an earlier output. Keys past T (zero rows) are masked by the same test.
+ *
+ * Bank conflicts (NVIDIA: 32 banks of 4 bytes): K, Q, Pt and red rows are dks or qbs floats
+ * apart, a multiple of 4 whose quarter is odd (rb_pad), so the 16 float4 a half-warp reads at
+ * consecutive keys (K) or writes at consecutive keys (Pt) cover all 32 banks in two passes; the
+ * Q, Pt and red float4 a half-warp reads are one address (a broadcast).
+ *
+ * Counted per work-item and 64-key tile at dk = dv = 64 (no timing): softmax_fused (WG 128,
+ * QB 16, two 32-key tiles) does 1024 multiply-adds (512 Q K, 512 P V) with about 2200 scalar
+ * local loads (two per multiply-add in both products, plus the row reads of the max and sum
+ * steps): ~2.1 loads a multiply-add. softmax_rb64 (WG 128, QB 32) does 2048 multiply-adds (1024
+ * Q K, 1024 P V) with 128 + 16 + 128 = 272 float4 local loads (Q K, the row maxima, P V): 0.13
+ * load instructions and 0.53 words a multiply-add, 16x fewer load instructions; and a group
+ * stages each K and V tile for 32 query rows, not 16 (half the global/L2 reads). On a GPU the
+ * old kernel is bound by local-memory instructions; this one should be bound by the
+ * multiply-adds. Checked on PoCL 3.1 (vla-check, against the CPU backend at d = 64 and 128)
+ * only, not yet timed on a GPU: softmax_fused stays the default until it is
+ * (VLA_OPENCL_SOFTMAX_KERNEL=rb selects this one). Shapes whose tiles do not fit (dv > 128, or
+ * dk > 132 in 48 KiB) run softmax_fused (ocl_ops.c). */
+
+#define RB_NTX 16          /* items along the keys of a tile and along the output columns */
+#define RB_KB (4 * RB_NTX) /* keys per tile */
+
+/* A local row stride for n floats: a multiple of 4 (float4 access) whose quarter is odd (above).
+ * ocl_ops.c's sm_rb_pad is the same. */
+int rb_pad(int n) {
+    const int n4 = (n + 3) & ~3;
+    return (n4 & 7) ? n4 : n4 + 4;
+}
+
+/* Rows t0 .. t0 + rows - 1 of a [B, T, H, D] tensor into dst (row stride ds): w columns a row, zero
+ * from column D and from row n on. Consecutive items take consecutive columns (coalesced reads). */
+void rb_stage(__local float *dst, int ds, __global const float *src, int b, int t0, int h, int T, int H, int D,
+              int n, int rows, int w) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    const int dr = wg / w, dc = wg - dr * w;
+    int r = lid / w, c = lid - r * w;
+    while (r < rows) {
+        dst[r * ds + c] = r < n && c < D ? src[vla_bthd(b, t0 + r, h, c, T, H, D)] : 0.0f;
+        r += dr;
+        c += dc;
+        if (c >= w) {
+            c -= w;
+            r++;
+        }
+    }
+}
+
+/* NJ: 1 or 2, a constant at each call below, so acc is NJ * 16 registers. */
+void softmax_rb(__global const float *q, __global const float *k, __global const float *v, __global float *o,
+                int T, int H, int dk, int dv, float scale, int ntiles, __local float *lmem, const int NJ) {
+    const int wg = get_local_size(0), QB = wg / 4, lid = get_local_id(0);
+    const int ty = lid / RB_NTX, tx = lid % RB_NTX, r0 = 4 * ty;
+    const int g = get_group_id(0), bh = g / ntiles, tile = g % ntiles, b = bh / H, h = bh % H;
+    const int i0 = tile * QB, i1 = min(i0 + QB, T), nq = i1 - i0;
+    const int dk4 = (dk + 3) & ~3, dks = rb_pad(dk), qbs = rb_pad(QB), dvs = 4 * RB_NTX * NJ;
+    __local float *Qs = lmem;                          /* [QB][dks] */
+    __local float *KV = Qs + QB * dks;                 /* K [64][dks], then V [64][dvs] */
+    __local float *Pt = KV + RB_KB * max(dks, dvs);    /* [64][qbs]: p of key s, rows contiguous */
+    __local float *red = Pt + RB_KB * qbs;             /* [16][qbs]: per-item row maxima, then sums */
+
+    float m[4], l[4], acc[4][8];
+    for (int a = 0; a < 4; a++) {
+        m[a] = -INFINITY;
+        l[a] = 0.0f;
+        for (int c = 0; c < 8; c++) acc[a][c] = 0.0f;
+    }
+    rb_stage(Qs, dks, q, b, i0, h, T, H, dk, nq, QB, dk4);
+    for (int j0 = 0; j0 < i1; j0 += RB_KB) {
+        const int nk = min(RB_KB, i1 - j0);
+        rb_stage(KV, dks, k, b, j0, h, T, H, dk, nk, RB_KB, dk4);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[4][4];
+        for (int a = 0; a < 4; a++)
+            for (int c = 0; c < 4; c++) s[a][c] = 0.0f;
+        for (int p = 0; p < dk4; p += 4) {
+            float4 qa[4], kc[4];
+            for (int a = 0; a < 4; a++) qa[a] = *(__local const float4 *)(Qs + (r0 + a) * dks + p);
+            for (int c = 0; c < 4; c++) kc[c] = *(__local const float4 *)(KV + (tx + RB_NTX * c) * dks + p);
+            for (int a = 0; a < 4; a++)
+                for (int c = 0; c < 4; c++)
+                    s[a][c] += qa[a].x * kc[c].x + qa[a].y * kc[c].y + qa[a].z * kc[c].z + qa[a].w * kc[c].w;
+        }
+        /* Key tx + 16 c is visible to row r0 + a when it exists and is not in the row's future. */
+        float mp[4];
+        for (int a = 0; a < 4; a++) {
+            const int lim = min(i0 + r0 + a - j0, nk - 1); /* last visible key of the row in this tile */
+            mp[a] = -INFINITY;
+            for (int c = 0; c < 4; c++) {
+                s[a][c] = tx + RB_NTX * c <= lim ? s[a][c] * scale : -INFINITY;
+                mp[a] = fmax(mp[a], s[a][c]);
+            }
+        }
+        *(__local float4 *)(red + tx * qbs + r0) = (float4)(mp[0], mp[1], mp[2], mp[3]);
+        barrier(CLK_LOCAL_MEM_FENCE); /* red written; every item is past its K reads */
+        float4 mx = (float4)(m[0], m[1], m[2], m[3]);
+        for (int t = 0; t < RB_NTX; t++) mx = fmax(mx, *(__local const float4 *)(red + t * qbs + r0));
+        const float mn[4] = {mx.x, mx.y, mx.z, mx.w};
+        for (int a = 0; a < 4; a++) {
+            const int lim = min(i0 + r0 + a - j0, nk - 1);
+            /* The first tile's correction multiplies zeros: 0, not exp(-inf - m). */
+            const float corr = j0 == 0 ? 0.0f : exp(m[a] - mn[a]);
+            float sum = 0.0f;
+            for (int c = 0; c < 4; c++) {
+                s[a][c] = tx + RB_NTX * c <= lim ? exp(s[a][c] - mn[a]) : 0.0f;
+                sum += s[a][c];
+            }
+            l[a] = l[a] * corr + sum;
+            for (int c = 0; c < 4 * NJ; c++) acc[a][c] *= corr;
+            m[a] = mn[a];
+        }
+        for (int c = 0; c < 4; c++)
+            *(__local float4 *)(Pt + (tx + RB_NTX * c) * qbs + r0) = (float4)(s[0][c], s[1][c], s[2][c], s[3][c]);
+        rb_stage(KV, dvs, v, b, j0, h, T, H, dv, nk, RB_KB, dvs);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (nk == RB_KB && j0 + RB_KB - 1 <= i0) { /* every key visible to every row */
+            for (int sk = 0; sk < RB_KB; sk++) {
+                const float4 pv = *(__local const float4 *)(Pt + sk * qbs + r0);
+                const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
+                for (int j = 0; j < NJ; j++) {
+                    const float4 vv = *(__local const float4 *)(KV + sk * dvs + 4 * tx + 4 * RB_NTX * j);
+                    for (int a = 0; a < 4; a++) {
+                        acc[a][4 * j + 0] += pa[a] * vv.x;
+                        acc[a][4 * j + 1] += pa[a] * vv.y;
+                        acc[a][4 * j + 2] += pa[a] * vv.z;
+                        acc[a][4 * j + 3] += pa[a] * vv.w;
+                    }
+                }
+            }
+        } else { /* the diagonal tile: a masked key's term is skipped, not weighted by 0 */
+            for (int sk = 0; sk < nk; sk++) {
+                const float4 pv = *(__local const float4 *)(Pt + sk * qbs + r0);
+                const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
+                for (int j = 0; j < NJ; j++) {
+                    const float4 vv = *(__local const float4 *)(KV + sk * dvs + 4 * tx + 4 * RB_NTX * j);
+                    for (int a = 0; a < 4; a++) {
+                        const int vis = j0 + sk <= i0 + r0 + a;
+                        acc[a][4 * j + 0] = vis ? acc[a][4 * j + 0] + pa[a] * vv.x : acc[a][4 * j + 0];
+                        acc[a][4 * j + 1] = vis ? acc[a][4 * j + 1] + pa[a] * vv.y : acc[a][4 * j + 1];
+                        acc[a][4 * j + 2] = vis ? acc[a][4 * j + 2] + pa[a] * vv.z : acc[a][4 * j + 2];
+                        acc[a][4 * j + 3] = vis ? acc[a][4 * j + 3] + pa[a] * vv.w : acc[a][4 * j + 3];
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* before the next tile overwrites KV, Pt and red */
+    }
+    /* The row sum: the 16 items' partials (a NaN in any makes the row NaN). */
+    *(__local float4 *)(red + tx * qbs + r0) = (float4)(l[0], l[1], l[2], l[3]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 lt = (float4)(0.0f);
+    for (int t = 0; t < RB_NTX; t++) lt += *(__local const float4 *)(red + t * qbs + r0);
+    const float inv[4] = {1.0f / lt.x, 1.0f / lt.y, 1.0f / lt.z, 1.0f / lt.w};
+    for (int a = 0; a < 4; a++) {
+        if (r0 + a >= nq) break;
+        __global float *oi = o + vla_bthd(b, i0 + r0 + a, h, 0, T, H, dv);
+        for (int j = 0; j < NJ; j++)
+            for (int c = 0; c < 4; c++) {
+                const int col = 4 * tx + 4 * RB_NTX * j + c;
+                if (col < dv) oi[col] = acc[a][4 * j + c] * inv[a];
+            }
+    }
+}
+
+__kernel void softmax_rb64(__global const float *q, __global const float *k, __global const float *v,
+                           __global float *o, int T, int H, int dk, int dv, float scale, int ntiles,
+                           __local float *lmem) {
+    softmax_rb(q, k, v, o, T, H, dk, dv, scale, ntiles, lmem, 1);
+}
+
+__kernel void softmax_rb128(__global const float *q, __global const float *k, __global const float *v,
+                            __global float *o, int T, int H, int dk, int dv, float scale, int ntiles,
+                            __local float *lmem) {
+    softmax_rb(q, k, v, o, T, H, dk, dv, scale, ntiles, lmem, 2);
+}
