@@ -44,6 +44,9 @@ target_include_directories(vla PRIVATE ${_vla_cuda_dir})
 target_compile_definitions(vla PRIVATE VLA_HAVE_CUDA)
 # One CUDA runtime in the process: the shared one, which the benchmark links too.
 target_link_libraries(vla PRIVATE CUDA::cudart)
+# The .cu objects use the C++ runtime (static locals' guards); a static libvla's C consumers link
+# it through this (a shared libvla carries it).
+target_link_libraries(vla PRIVATE stdc++)
 if(TARGET CUDA::cublas)
   target_link_libraries(vla PRIVATE CUDA::cublas)
   target_compile_definitions(vla PRIVATE VLA_HAVE_CUBLAS)
