@@ -434,15 +434,15 @@ st_train() {
   RESULT="$RESULT, $(grep -c -v '^mech,' "$R/train-paper.csv") rows"
   return $rc
 }
-# The opencl_speed stage: benchmarks/opencl_speed.sh within the stage's limit (its own deadline
-# 10 s short of it); its table, CSV and SGEMM rate in opencl-speed/, its raw vla-bench logs
+# The opencl_speed stage: benchmarks/opencl_speed.sh --profile within the stage's limit (its own
+# deadline 10 s short of it); its table, CSV, SGEMM rate and per-kernel profile in opencl-speed/, its raw vla-bench logs
 # packed into opencl-speed/raw.tar.xz (a device call returns a bounded number of files).
 st_opencl_speed() {
   need "$B/tools/vla-bench" || return
   local rows=()
   [ -n "$OCL_ROWS" ] && rows=(--rows "$OCL_ROWS")
   x "$LIM" "$R/opencl-speed.log" + bash "$ROOT/benchmarks/opencl_speed.sh" --build "$B" --out "$R/opencl-speed" \
-    --deadline $((LIM > 20 ? LIM - 10 : 10)) "${rows[@]}"
+    --deadline $((LIM > 20 ? LIM - 10 : 10)) --profile "${rows[@]}"
   local rc=$?
   ((DRY)) && return 0
   if [ -d "$R/opencl-speed/raw" ]; then
@@ -675,6 +675,7 @@ write_readme() {
     section "Training step: the paper's code (paper_train_speed.py)" "$R/train-paper.csv" csv_table
     section "Training step: paper ms / ours ms" "$R/train-compare.md"
     section "OpenCL against CUDA (benchmarks/opencl_speed.sh)" "$R/opencl-speed/opencl_speed.md"
+    section "OpenCL per kernel (opencl_speed.sh --profile)" "$R/opencl-speed/profile.txt" sed 's/^/    /'
     section "Training processes side by side (benchmarks/train_throughput.sh)" "$R/throughput/throughput.md"
     section "The paper's experiments (benchmarks/reproduce_paper.sh)" "$R/paper/tables.md" sed '1,2d'
     section "compute-sanitizer over vla-check --backend cuda" "$R/sanitizers.txt" sed 's/^/    /'

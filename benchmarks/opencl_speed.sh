@@ -49,6 +49,10 @@
 #   --no-extras        no linear and DeltaNet series
 #   --no-cuda          no CUDA series (the columns read "-")
 #   --no-sgemm         no CLBlast SGEMM rate
+#   --profile          after the timed rows, where the deadline leaves time: per row, one more
+#                      call each of OpenCL VLA chunked and sequential and softmax (-r 1 --warmup 1)
+#                      with VLA_OPENCL_PROFILE=1, its per-kernel times (launches, ms) in
+#                      OUT/profile.txt: where the time goes, not a timing
 #   --cpu-form         leave VLA_OPENCL_CHUNKPAR_GPU and VLA_OPENCL_SOFTMAX_TILED unset: on a CPU
 #                      device (PoCL) the series then time the CPU kernels (the chunk-parallel form
 #                      with one item a group, softmax one row an item), as that device runs them
@@ -68,7 +72,7 @@ die() { echo "opencl_speed.sh: $*" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BDIR="" OUTD=opencl-speed REPS=10 WARM=2 ROW_CAP=150 DEADLINE=540 OCL=opencl CUDA=cuda RATIO=5
 ROWS="1,4,32,2048 1,4,32,8192 1,4,32,32768 8,16,64,2048 8,16,64,8192 8,16,64,32768"
-EXTRAS=1 USE_CUDA=1 SGEMM=1 CP_GPU=1 SRC_ENV=0 DRY=0 COMMIT=${VLA_COMMIT:-}
+EXTRAS=1 USE_CUDA=1 SGEMM=1 CP_GPU=1 SRC_ENV=0 DRY=0 PROFILE=0 COMMIT=${VLA_COMMIT:-}
 while [ $# -gt 0 ]; do
   case $1 in
     --build) BDIR=${2:?--build needs a folder}; shift ;;
@@ -84,6 +88,7 @@ while [ $# -gt 0 ]; do
     --no-extras) EXTRAS=0 ;;
     --no-cuda) USE_CUDA=0 ;;
     --no-sgemm) SGEMM=0 ;;
+    --profile) PROFILE=1 ;;
     --cpu-form) CP_GPU=0 ;;
     --env) SRC_ENV=1 ;;
     --commit) COMMIT=${2:?}; shift ;;
@@ -237,6 +242,31 @@ for r in "${ROW_LIST[@]}"; do
     fi
   done
 done
+
+# ---- the per-kernel profile (--profile) ----
+if ((PROFILE)); then
+  PROF=$OUTD/profile.txt
+  ((DRY)) || : > "$PROF"
+  for r in "${ROW_LIST[@]}"; do
+    IFS=, read -r b h d t <<< "$r"
+    for c in "vla|chunked" "vla|sequential" "softmax|fused"; do
+      IFS='|' read -r m a <<< "$c"
+      cmd=(env "${CPENV[@]}" VLA_OPENCL_PROFILE=1 timeout -k 5 60 "$BENCH" --backend "$OCL" --mechanism "$m" --algo "$a"
+        -B "$b" -H "$h" -d "$d" -T "$t" -r 1 --warmup 1 --budget 50 --output csv)
+      if ((DRY)); then echo "${cmd[*]}"; continue; fi
+      if (($(left) < 80)); then
+        echo "## ($b,$h,$d) T = $t $m $a: left out, $(left) s left of the deadline" >> "$PROF"
+        continue
+      fi
+      say "profile ($b,$h,$d) T = $t $m $a"
+      {
+        echo "## ($b,$h,$d) T = $t, OpenCL $m $a: per kernel, over one warm-up and one timed call"
+        "${cmd[@]}" 2>&1 > /dev/null | grep 'profile:' | sed 's/^vla opencl profile: //'
+        echo
+      } >> "$PROF"
+    done
+  done
+fi
 ((DRY)) && exit 0
 
 # ---- the tables ----
