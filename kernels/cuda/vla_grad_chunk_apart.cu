@@ -13,8 +13,34 @@
  *             du = dc z + A_{t-1}^T dz;  dA <- G + dz u^T.
  *             A_{t-1} = A_t (- rho I) + z z^T / den: undone in double from the next chunk's start,
  *             over at most C tokens (exact up to rounding, as vla_grad_seq.cu and the CPU backend).
- * A and dA live in dynamic shared memory when both fit (smem_a), else in the head's slice of Aws. */
+ * A and dA live in dynamic shared memory when both fit (smem_a), else in the head's slice of Aws.
+ *
+ * Two forms of the same arithmetic (both in double; the same eps floors, gates, refresh points,
+ * checkpoints and undo):
+ *   block form (gc_afwd_kernel, gc_abwd_kernel): VLACU_NT threads a head, for dk > 64, for A and dA in
+ *     global memory (smem_a == 0), and under VLA_CUDA_APART=block (a development switch, so that one
+ *     process can time both forms);
+ *   warp form (gc_afwd_warp_kernel, gc_abwd_warp_kernel, the default otherwise): one warp a head,
+ *     lane l owns rows (and columns) l and l + 32 of A and dA; see its comment below.
+ * Per token, at dk = 64 (dk = 32 in brackets), counting the double operations (FMA or add, one per
+ * shuffle level) that each wait for the one before, and the barriers:
+ *                 forward                          backward
+ *   block form    11 __syncthreads, 69 (53)        18 __syncthreads, 120 (96)
+ *   warp form      2 __syncwarp,    51 (33)         2 __syncwarp,     48 (31)   (+1 a chunk: the reload)
+ * The block form splits each matrix-vector product over 256 / dk threads a sum (16 FMAs and 4 adds at
+ * dk = 64), but every product, dot and update is followed by a barrier of 8 warps (a block-wide sum
+ * costs two), and each token first waits for its inputs from global memory. The warp form keeps
+ * whole rows and columns in a lane (four partial sums a product: n / 4 + 2 dependent FMAs), fuses
+ * the rank-one update with the next product on the same rows, reorders the backward so that it
+ * needs two warp barriers a token, and loads each token's inputs one token ahead. What it gives up is
+ * width: a lane issues about 3 NR dk (forward) and 7 NR dk (backward) double FMAs a token (NR = 1 at
+ * dk <= 32, 2 above): 1280 together at dk = 64, 320 at dk = 32. An H100 sub-partition issues double
+ * FMAs at 16 lanes a clock, a warp's in two clocks, so at dk = 64 (about 2600 clocks a token) the
+ * issue, not the dependent chain, sets the warp form's time; at dk = 32 the two are close. */
 #include "vla_grad.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 namespace vlacu {
 namespace grad {
@@ -183,7 +209,352 @@ __global__ void __launch_bounds__(VLACU_NT) gc_abwd_kernel(const gchunk_params P
         }
 }
 
+/* ---- the warp form: one warp per head, dk <= WD, A and dA in dynamic shared memory ----
+ * Lane l owns the indices ix = l + 32 m (m < NR = 1 or 2, ix < dk): rows ix of A and dA, and entries ix
+ * of every vector. Every product the walks need is then a row or a column of A or dA against a vector
+ * that the whole warp reads by broadcast from shared memory, so a lane computes its own outputs
+ * without exchanging partial sums. Rows: the warp reads 32 rows at the odd stride ld (distinct banks
+ * in each half-warp's 128-byte wavefront); columns: 32 consecutive doubles of one row. Dots and norms
+ * are shuffle butterflies. The order of each token's steps is chosen so that two __syncwarp() a token
+ * suffice (see the kernels). The per-token inputs are loaded one token ahead into registers, so the
+ * global-memory latency overlaps the token before (the block form waits for it every token). */
+constexpr int WD = 64; /* the warp form's largest dk: two indices per lane */
+
+/* K warp-wide sums of doubles; every lane gets the same totals: in the xor butterfly both lanes of
+ * a pair add the same two operands, and IEEE addition is commutative, so the totals agree bit for
+ * bit (a gate taken on them is the same in every lane). */
+template <int K> __device__ __forceinline__ void warp_sums(double (&v)[K]) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < K; k++) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+}
+
+/* y[v][m] = sum_{j<n} M(ix[m], j) x_v[j], v < NV, M(i, j) = TR ? M[j ld + i] : M[i ld + j] (column ix[m]
+ * of M, or row ix[m]). Four partial sums per output (j mod 4) cut the dependent FMA chain to n/4 + 2.
+ * Reads only (every lane, ix clamped to a valid index): no barrier inside. */
+template <bool TR, int NR, int NV>
+__device__ __forceinline__ void wmv(const double *M, int ld, int n, const int (&ix)[NR], const double *x0,
+                                    const double *x1, double (&y)[NV][NR]) {
+    double p[NV][NR][4];
+#pragma unroll
+    for (int v = 0; v < NV; v++)
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) p[v][m][q] = 0.0;
+    int j = 0;
+    for (; j + 4 <= n; j += 4)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const double xa = x0[j + q], xb = NV > 1 ? x1[j + q] : 0.0;
+#pragma unroll
+            for (int m = 0; m < NR; m++) {
+                const double e = TR ? M[(size_t)(j + q) * ld + ix[m]] : M[(size_t)ix[m] * ld + j + q];
+                p[0][m][q] = fma(e, xa, p[0][m][q]);
+                if (NV > 1) p[NV - 1][m][q] = fma(e, xb, p[NV - 1][m][q]);
+            }
+        }
+    for (; j < n; j++) {
+        const double xa = x0[j], xb = NV > 1 ? x1[j] : 0.0;
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            const double e = TR ? M[(size_t)j * ld + ix[m]] : M[(size_t)ix[m] * ld + j];
+            p[0][m][0] = fma(e, xa, p[0][m][0]);
+            if (NV > 1) p[NV - 1][m][0] = fma(e, xb, p[NV - 1][m][0]);
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < NV; v++)
+#pragma unroll
+        for (int m = 0; m < NR; m++) y[v][m] = (p[v][m][0] + p[v][m][1]) + (p[v][m][2] + p[v][m][3]);
+}
+
+/* The lane's indices: ix[m] = lane + 32 m where below dk (ok[m]), else 0 (a valid row to read, never
+ * written through this lane). */
+template <int NR> __device__ __forceinline__ void lane_ix(int dk, int (&ix)[NR], bool (&ok)[NR]) {
+#pragma unroll
+    for (int m = 0; m < NR; m++) {
+        ix[m] = (int)threadIdx.x + 32 * m;
+        ok[m] = ix[m] < dk;
+        if (!ok[m]) ix[m] = 0;
+    }
+}
+
+/* dst [dk][dk] (global, dense) <- src [dk][ld] (shared), coalesced: a row per step, lanes along it. */
+__device__ __forceinline__ void wcopy_out(double *dst, const double *src, int dk, int ld) {
+    for (int i = 0; i < dk; i++)
+        for (int j = threadIdx.x; j < dk; j += 32) dst[(size_t)i * dk + j] = src[(size_t)i * ld + j];
+}
+
+/* Forward, token t (b = t & 1; uv[b], kv[b] hold u_t, k^_t, visible to all lanes):
+ *   [t % C == 0: ckA <- A, all rows]
+ *   F1  z_r = A_{t-1}(r, :) u for the lane's rows; zv <- z_r; s = u.z (butterfly)      __syncwarp #1
+ *   F2  row r of A_t = A_{t-1}(r, :) - (z_r / den) z^T, written in place, and y_r = A_t(r, :) k^
+ *       in the same pass (a lane writes only its own rows, so F1 -> F2 needs no barrier for A; the
+ *       refresh's rho is added to A(r, r) and rho k^_r to y_r after the pass); ||y|| (butterfly);
+ *       a_t, z_t, (den, ||y||, gate) out; u_{t+1}, k^_{t+1} (loaded at F1) into uv[b^1], kv[b^1]  __syncwarp #2
+ * #1 makes zv visible before F2 reads it; #2 orders F2's reads of zv and of the buffers before the
+ * next token rewrites them, and the rows written in F2 before the next checkpoint copy reads them. */
+template <int NR> __global__ void __launch_bounds__(32) gc_afwd_warp_kernel(const gchunk_params P) {
+    VLACU_DYNSMEM(smem);
+    __shared__ double uv[2][WD], kv[2][WD], zv[WD];
+    const vlacu_args &a = P.a;
+    const int T = a.T, dk = a.dk, lane = threadIdx.x, bh = blockIdx.x, lda = ld_of(dk);
+    const int C = P.C, nck = P.nck;
+    double *A = (double *)smem;
+    const size_t sA = (size_t)bh * dk * dk, mm = (size_t)dk * dk;
+    double *ckA = P.ckA + (size_t)bh * (nck + 1) * mm;
+    int ix[NR];
+    bool ok[NR];
+    lane_ix<NR>(dk, ix, ok);
+    for (int i = 0; i < dk; i++)
+        for (int j = lane; j < dk; j += 32)
+            A[(size_t)i * lda + j] =
+                a.A_in ? (double)a.A_in[sA + (size_t)i * dk + j] : (i == j ? 1.0 / a.lambda0 : 0.0);
+    if (T > 0) {
+        const size_t pr = (size_t)bh * T * dk;
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            if (ok[m]) uv[0][ix[m]] = (double)P.Up[pr + ix[m]], kv[0][ix[m]] = (double)P.Kh[pr + ix[m]];
+    }
+    __syncwarp();
+    for (int t = 0; t < T; t++) {
+        const int b = t & 1;
+        const size_t pr = ((size_t)bh * T + t) * dk;
+        if (t % C == 0) wcopy_out(ckA + (size_t)(t / C) * mm, A, dk, lda);
+        const bool more = t + 1 < T;
+        float nu[NR], nk[NR]; /* the next token's inputs, stored at the end of this one */
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            nu[m] = nk[m] = 0.0f;
+            if (more && ok[m]) nu[m] = P.Up[pr + dk + ix[m]], nk[m] = P.Kh[pr + dk + ix[m]];
+        }
+        /* F1 */
+        double zz[1][NR];
+        wmv<false, NR, 1>(A, lda, dk, ix, uv[b], uv[b], zz);
+        double s[1] = {0.0};
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            if (ok[m]) s[0] += uv[b][ix[m]] * zz[0][m], zv[ix[m]] = zz[0][m];
+        warp_sums<1>(s);
+        __syncwarp();
+        const double c = 1.0 + s[0], den = fmax(c, a.eps), inv = 1.0 / den;
+        const bool refresh = a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
+        /* F2 */
+        double zi[NR], p[NR][4];
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            zi[m] = zz[0][m] * inv;
+#pragma unroll
+            for (int q = 0; q < 4; q++) p[m][q] = 0.0;
+        }
+        for (int j0 = 0; j0 < dk; j0 += 4)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int j = j0 + q;
+                if (j < dk) {
+                    const double zj = zv[j], kj = kv[b][j];
+#pragma unroll
+                    for (int m = 0; m < NR; m++)
+                        if (ok[m]) {
+                            double *ap = A + (size_t)ix[m] * lda + j;
+                            const double x = *ap - zi[m] * zj;
+                            *ap = x;
+                            p[m][q] = fma(x, kj, p[m][q]);
+                        }
+                }
+            }
+        double y[NR], s2[1] = {0.0};
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            y[m] = (p[m][0] + p[m][1]) + (p[m][2] + p[m][3]);
+            if (refresh && ok[m]) A[(size_t)ix[m] * lda + ix[m]] += a.rho, y[m] += a.rho * kv[b][ix[m]];
+            if (ok[m]) s2[0] += y[m] * y[m];
+        }
+        warp_sums<1>(s2);
+        const double yn = sqrt(s2[0]), ys = 1.0 / fmax(yn, a.eps);
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            if (ok[m]) {
+                P.Aw[pr + ix[m]] = (float)(y[m] * ys);
+                P.Zs[pr + ix[m]] = zz[0][m];
+                if (more) uv[b ^ 1][ix[m]] = (double)nu[m], kv[b ^ 1][ix[m]] = (double)nk[m];
+            }
+        if (lane == 0) {
+            double *tk = P.tok + ((size_t)bh * T + t) * 3;
+            tk[0] = den, tk[1] = yn, tk[2] = c > a.eps ? 1.0 : 0.0;
+        }
+        __syncwarp();
+    }
+    wcopy_out(ckA + (size_t)nck * mm, A, dk, lda);
+}
+
+/* One token's inputs to the backward, the lane's entries (loaded a token ahead). */
+template <int NR> struct wtok {
+    float w[NR], dw[NR], k[NR], u[NR], dkh[NR];
+    double z[NR], den, yn, gate;
+};
+template <int NR>
+__device__ __forceinline__ void wtok_load(wtok<NR> &v, const gchunk_params &P, size_t row, const int (&ix)[NR],
+                                          const bool (&ok)[NR]) {
+    const size_t pr = row * P.a.dk;
+#pragma unroll
+    for (int m = 0; m < NR; m++) {
+        v.w[m] = v.dw[m] = v.k[m] = v.u[m] = v.dkh[m] = 0.0f;
+        v.z[m] = 0.0;
+        if (ok[m]) {
+            v.w[m] = P.Aw[pr + ix[m]], v.dw[m] = P.dAw[pr + ix[m]], v.k[m] = P.Kh[pr + ix[m]];
+            v.u[m] = P.Up[pr + ix[m]], v.dkh[m] = P.dKh[pr + ix[m]], v.z[m] = P.Zs[pr + ix[m]];
+        }
+    }
+    const double *tk = P.tok + row * 3;
+    v.den = tk[0], v.yn = tk[1], v.gate = tk[2];
+}
+
+/* Backward, token t (b = t & 1; zv[b], kv[b], uv[b] hold z_t, k^_t, u_t; A = A_t, dA = the adjoint of
+ * A_t):
+ *                                                                                   __syncwarp #2
+ *   [t + 1 a chunk end or t = T - 1: A <- ckA (A at the chunk's end), all rows      __syncwarp]
+ *   B1  ada = a.da, kz = k^.z (one butterfly of two, independent of A: it overlaps the pass); dy_r.
+ *       One pass over j for the lane's rows/columns r: A(r, j) += (z_r / den) z_j (after A(r, r) -= rho
+ *       at a refresh): the undo to A_{t-1}, in place, own rows; g1_r = dA(r, :) z, g2_r = dA(:, r) . z.
+ *       G z = g1 + dy kz, G^T z = g2 + k^ (dy.z); z^T G z and dy.z (one butterfly of two); dc; dz_r.
+ *       dyv, dzv <- dy_r, dz_r                                                      __syncwarp #1
+ *   B2  columns of A_{t-1}: h1 = A_{t-1}^T dy, h2 = A_{t-1}^T dz. Then A_t^T dy = h1 - z (z.dy) / den
+ *       (+ rho dy at a refresh) goes to dk^, and du = dc z + A_{t-1}^T dz = dc z + h2 (no z.dz needed).
+ *       dA(r, :) += dy_r k^^T + dz_r u^T, own rows; z, k^, u of token t-1 into the other buffers.
+ * Taking the column products on A_{t-1} (after the undo) instead of on A_t, as the block form does, is
+ * what lets the undo share B1's pass and barrier: B2 reads other lanes' rows of A only after #1. #2
+ * (at the top of the next token) orders B2's column reads of A and B1's of dA against the next
+ * token's row writes (and the reload), and the buffers and dyv, dzv against their next writes. */
+template <int NR> __global__ void __launch_bounds__(32) gc_abwd_warp_kernel(const gchunk_params P) {
+    VLACU_DYNSMEM(smem);
+    __shared__ double zv[2][WD], kv[2][WD], uv[2][WD], dyv[WD], dzv[WD];
+    const vlacu_args &a = P.a;
+    const int T = a.T, dk = a.dk, lane = threadIdx.x, bh = blockIdx.x, lda = ld_of(dk);
+    const int C = P.C, nck = P.nck;
+    double *A = (double *)smem, *dA = A + (size_t)dk * lda;
+    const size_t sA = (size_t)bh * dk * dk, mm = (size_t)dk * dk;
+    const double *ckA = P.ckA + (size_t)bh * (nck + 1) * mm;
+    int ix[NR];
+    bool ok[NR];
+    lane_ix<NR>(dk, ix, ok);
+    for (int i = 0; i < dk; i++)
+        for (int j = lane; j < dk; j += 32)
+            dA[(size_t)i * lda + j] = P.dA_end ? (double)P.dA_end[sA + (size_t)i * dk + j] : 0.0;
+    wtok<NR> cur = {};
+    if (T > 0) {
+        wtok_load<NR>(cur, P, (size_t)bh * T + T - 1, ix, ok);
+        const int b = (T - 1) & 1;
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            if (ok[m]) zv[b][ix[m]] = cur.z[m], kv[b][ix[m]] = (double)cur.k[m], uv[b][ix[m]] = (double)cur.u[m];
+    }
+    for (int t = T - 1; t >= 0; t--) {
+        const int b = t & 1;
+        const size_t pr = ((size_t)bh * T + t) * dk;
+        __syncwarp(); /* #2: the token before (t + 1) is done with every row and buffer */
+        if (t == T - 1 || (t + 1) % C == 0) {
+            const double *src = ckA + (size_t)(t / C + 1) * mm; /* A at the end of t's chunk */
+            for (int i = 0; i < dk; i++)
+                for (int j = lane; j < dk; j += 32) A[(size_t)i * lda + j] = src[(size_t)i * dk + j];
+            __syncwarp(); /* once a chunk: the reload wrote every lane's rows */
+        }
+        wtok<NR> nx;
+        if (t > 0) wtok_load<NR>(nx, P, (size_t)bh * T + t - 1, ix, ok);
+        const double den = cur.den, inv = 1.0 / den;
+        const bool refresh = a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
+        double r1[2] = {0.0, 0.0};
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            if (ok[m]) r1[0] += (double)cur.w[m] * cur.dw[m], r1[1] += (double)cur.k[m] * cur.z[m];
+        warp_sums<2>(r1);
+        const double ada = r1[0], kz = r1[1];
+        double dy[NR];
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            dy[m] = cur.yn > a.eps ? ((double)cur.dw[m] - (double)cur.w[m] * ada) / cur.yn : (double)cur.dw[m] / a.eps;
+        /* B1: the undo and dA z, dA^T z in one pass */
+        double zi[NR], p1[NR][4], p2[NR][4];
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            zi[m] = cur.z[m] * inv;
+            if (refresh && ok[m]) A[(size_t)ix[m] * lda + ix[m]] -= a.rho;
+#pragma unroll
+            for (int q = 0; q < 4; q++) p1[m][q] = p2[m][q] = 0.0;
+        }
+        for (int j0 = 0; j0 < dk; j0 += 4)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int j = j0 + q;
+                if (j < dk) {
+                    const double zj = zv[b][j];
+#pragma unroll
+                    for (int m = 0; m < NR; m++) {
+                        p1[m][q] = fma(dA[(size_t)ix[m] * lda + j], zj, p1[m][q]);
+                        p2[m][q] = fma(dA[(size_t)j * lda + ix[m]], zj, p2[m][q]);
+                        if (ok[m]) {
+                            double *ap = A + (size_t)ix[m] * lda + j;
+                            *ap = *ap + zi[m] * zj;
+                        }
+                    }
+                }
+            }
+        double g1[NR], g2[NR], r2[2] = {0.0, 0.0};
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            g1[m] = (p1[m][0] + p1[m][1]) + (p1[m][2] + p1[m][3]) + dy[m] * kz; /* G z */
+            g2[m] = (p2[m][0] + p2[m][1]) + (p2[m][2] + p2[m][3]);
+            if (ok[m]) r2[0] += cur.z[m] * g1[m], r2[1] += dy[m] * cur.z[m];
+        }
+        warp_sums<2>(r2);
+        const double dyz = r2[1], dc = cur.gate != 0.0 ? r2[0] / (den * den) : 0.0;
+        double dz[NR];
+#pragma unroll
+        for (int m = 0; m < NR; m++) {
+            g2[m] += (double)cur.k[m] * dyz; /* G^T z */
+            dz[m] = -(g1[m] + g2[m]) / den + dc * (double)cur.u[m];
+            if (ok[m]) dyv[ix[m]] = dy[m], dzv[ix[m]] = dz[m];
+        }
+        __syncwarp();
+        /* B2 */
+        double h[2][NR];
+        wmv<true, NR, 2>(A, lda, dk, ix, dyv, dzv, h);
+        const double zdy = dyz * inv;
+#pragma unroll
+        for (int m = 0; m < NR; m++)
+            if (ok[m]) {
+                const double atdy = h[0][m] - cur.z[m] * zdy + (refresh ? a.rho * dy[m] : 0.0); /* A_t^T dy */
+                P.dKh[pr + ix[m]] = (float)((double)cur.dkh[m] + atdy); /* the S part's dk^ is there */
+                P.dU[pr + ix[m]] = (float)(dc * cur.z[m] + h[1][m]);
+            }
+        for (int j = 0; j < dk; j++) {
+            const double kj = kv[b][j], uj = uv[b][j];
+#pragma unroll
+            for (int m = 0; m < NR; m++)
+                if (ok[m]) {
+                    double *gp = dA + (size_t)ix[m] * lda + j;
+                    *gp = fma(dz[m], uj, fma(dy[m], kj, *gp));
+                }
+        }
+        if (t > 0) {
+#pragma unroll
+            for (int m = 0; m < NR; m++)
+                if (ok[m]) zv[b ^ 1][ix[m]] = nx.z[m], kv[b ^ 1][ix[m]] = (double)nx.k[m], uv[b ^ 1][ix[m]] = (double)nx.u[m];
+            cur = nx;
+        }
+    }
+    __syncwarp(); /* the last token's dA rows */
+    /* dA_0 is dA's symmetric part (A is symmetric) */
+    if (P.dA0)
+        for (int i = 0; i < dk; i++)
+            for (int j = lane; j < dk; j += 32)
+                P.dA0[sA + (size_t)i * dk + j] = (float)(0.5 * (dA[(size_t)i * lda + j] + dA[(size_t)j * lda + i]));
+}
+
 std::atomic<size_t> afwd_smem_set[64], abwd_smem_set[64];
+std::atomic<size_t> afwdw_smem_set[2][64], abwdw_smem_set[2][64];
 
 #undef MAXD
 
@@ -194,23 +565,58 @@ size_t grad_chunk_apart_static_smem() {
     return s;
 }
 
+/* Which form runs the A part: the warp form (0: one row of A per lane, 1: two) when dk <= WD and
+ * the planner put A and dA in shared memory (smem_a; the warp kernels' static vectors, at most 8 WD
+ * doubles, are below the block kernels' static arrays that the planner counted), else the block form
+ * (-1). VLA_CUDA_APART=block forces the block form, read once: a development switch, so that one
+ * process can time both forms. */
+static int apart_form(const gchunk_params &p) {
+    static const bool block = [] {
+        const char *s = getenv("VLA_CUDA_APART");
+        return s && strcmp(s, "block") == 0;
+    }();
+    if (block || p.smem_a == 0 || p.a.dk > WD) return -1;
+    return p.a.dk > 32 ? 1 : 0;
+}
+
 cudaError_t launch_grad_chunk_afwd(const gchunk_params &p, cudaStream_t st) {
     const size_t bytes = p.smem_a ? p.smem_a / 2 : 0; /* A alone */
-    cudaError_t e = raise_smem_limit_static((const void *)gc_afwd_kernel, afwd_smem_set, bytes,
-                                            grad_chunk_apart_static_smem());
+    const unsigned BH = (unsigned)(p.a.B * p.a.H);
+    const int w = apart_form(p);
+    const void *kf = w < 0 ? (const void *)gc_afwd_kernel
+                           : w ? (const void *)gc_afwd_warp_kernel<2> : (const void *)gc_afwd_warp_kernel<1>;
+    const void *kb = w < 0 ? (const void *)gc_abwd_kernel
+                           : w ? (const void *)gc_abwd_warp_kernel<2> : (const void *)gc_abwd_warp_kernel<1>;
+    std::atomic<size_t> *cf = w < 0 ? afwd_smem_set : afwdw_smem_set[w];
+    std::atomic<size_t> *cb = w < 0 ? abwd_smem_set : abwdw_smem_set[w];
+    cudaError_t e = raise_smem_limit_static(kf, cf, bytes, grad_chunk_apart_static_smem());
     if (e != cudaSuccess) return e;
     /* the backward kernel's limit too, before anything is queued (a failing call writes nothing) */
-    e = raise_smem_limit_static((const void *)gc_abwd_kernel, abwd_smem_set, p.smem_a, grad_chunk_apart_static_smem());
+    e = raise_smem_limit_static(kb, cb, p.smem_a, grad_chunk_apart_static_smem());
     if (e != cudaSuccess) return e;
-    VLACU_LAUNCH(gc_afwd_kernel, (unsigned)(p.a.B * p.a.H), VLACU_NT, bytes, st, p);
+    if (w < 0)
+        VLACU_LAUNCH(gc_afwd_kernel, BH, VLACU_NT, bytes, st, p);
+    else if (w)
+        VLACU_LAUNCH(gc_afwd_warp_kernel<2>, BH, 32, bytes, st, p);
+    else
+        VLACU_LAUNCH(gc_afwd_warp_kernel<1>, BH, 32, bytes, st, p);
     return cudaGetLastError();
 }
 
 cudaError_t launch_grad_chunk_abwd(const gchunk_params &p, cudaStream_t st) {
-    const cudaError_t e = raise_smem_limit_static((const void *)gc_abwd_kernel, abwd_smem_set, p.smem_a,
+    const unsigned BH = (unsigned)(p.a.B * p.a.H);
+    const int w = apart_form(p);
+    const void *kb = w < 0 ? (const void *)gc_abwd_kernel
+                           : w ? (const void *)gc_abwd_warp_kernel<2> : (const void *)gc_abwd_warp_kernel<1>;
+    const cudaError_t e = raise_smem_limit_static(kb, w < 0 ? abwd_smem_set : abwdw_smem_set[w], p.smem_a,
                                                   grad_chunk_apart_static_smem());
     if (e != cudaSuccess) return e;
-    VLACU_LAUNCH(gc_abwd_kernel, (unsigned)(p.a.B * p.a.H), VLACU_NT, p.smem_a, st, p);
+    if (w < 0)
+        VLACU_LAUNCH(gc_abwd_kernel, BH, VLACU_NT, p.smem_a, st, p);
+    else if (w)
+        VLACU_LAUNCH(gc_abwd_warp_kernel<2>, BH, 32, p.smem_a, st, p);
+    else
+        VLACU_LAUNCH(gc_abwd_warp_kernel<1>, BH, 32, p.smem_a, st, p);
     return cudaGetLastError();
 }
 
