@@ -18,8 +18,8 @@
  * Two forms of the same arithmetic (both in double; the same eps floors, gates, refresh points,
  * checkpoints and undo):
  *   block form (gc_afwd_kernel, gc_abwd_kernel): VLACU_NT threads a head, for dk > 64, for A and dA in
- *     global memory (smem_a == 0), and under VLA_CUDA_APART=block (a development switch, so that one
- *     process can time both forms);
+ *     global memory (smem_a == 0), and under VLA_CUDA_APART=block (a development switch, so that two
+ *     runs of one build can time both forms);
  *   warp form (gc_afwd_warp_kernel, gc_abwd_warp_kernel, the default otherwise): one warp a head,
  *     lane l owns rows (and columns) l and l + 32 of A and dA; see its comment below.
  * Per token, at dk = 64 (dk = 32 in brackets), counting the double operations (FMA or add, one per
@@ -568,8 +568,8 @@ size_t grad_chunk_apart_static_smem() {
 /* Which form runs the A part: the warp form (0: one row of A per lane, 1: two) when dk <= WD and
  * the planner put A and dA in shared memory (smem_a; the warp kernels' static vectors, at most 8 WD
  * doubles, are below the block kernels' static arrays that the planner counted), else the block form
- * (-1). VLA_CUDA_APART=block forces the block form, read once: a development switch, so that one
- * process can time both forms. */
+ * (-1). VLA_CUDA_APART=block forces the block form, read once per process: a development switch,
+ * so that two runs of one build can time both forms. */
 static int apart_form(const gchunk_params &p) {
     static const bool block = [] {
         const char *s = getenv("VLA_CUDA_APART");
