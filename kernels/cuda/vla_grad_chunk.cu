@@ -23,6 +23,9 @@
  * whole state (<X0, dX_end>, for dg) in double. Shared memory per chunk block: gc_smem_of below. */
 #include "vla_grad.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 namespace vlacu {
 namespace grad {
 
@@ -72,18 +75,110 @@ __device__ __forceinline__ size_t rowof(const vlacu_args &a, int b, int t, int h
     return ((size_t)b * a.T + t) * a.H + h;
 }
 
-/* out(m, n, sum_k A(m, k) B(k, n)) for m < M, n < N, A(m, k) = A[m * sam + k * sak], B likewise. The
- * element (m, n) goes to the same thread in every call with the same M, N (global accumulators rely
- * on it). No barrier. */
-template <class F>
+/* out(m, n, sum_k A(m, k) B(k, n)) for m < M, n < N, A(m, k) = A[m * sam + k * sak], B likewise.
+ * Each element's sum is fmaf over k = 0 .. K-1 from 0.0f in both forms below, so they give the same
+ * bits. The element (m, n) goes to the same thread in every call with the same M, N (the mapping is a
+ * function of M, N and blockDim alone; global accumulators rely on it). No barrier.
+ *
+ * SIMPLE (VLA_CUDA_BMM=simple, kept for A/B timings): one thread per element, two loads (shared or
+ * global memory) per FMA. The default is register-tiled (bmm_tiles): a thread owns TM x TN
+ * elements and per k loads TM values of A and TN of B once for its TM * TN FMAs, so loads per FMA
+ * are (TM + TN) / (TM * TN): 2 at 1x1, 1 at 2x2, 0.75 at 4x2, 0.5 at 4x4. gc_factors_kernel's and
+ * gc_vjp_kernel's n x n x d and n x d x d products at n = d = 64 with 256 threads take 4x4 (256
+ * tiles), the walks' 64 x 32 x 64 ones 4x2: a quarter and three eighths of the loads. bmm_pick
+ * trades the loads against idle threads, so small products (the tail chunk, the emulator's cases)
+ * drop to 2x2 or 1x1; 1x1 is the SIMPLE form's mapping. Per product at (n, dk, dv, tile) =
+ * (64, 64, 64, 32), loads per FMA old -> new (s: shared, g: global; the generated PTX's unrolled
+ * k loops agree: 4 FMAs and 8 loads old, 64 FMAs and 32 loads at 4x4, 32 and 24 at 4x2):
+ *   both operands shared (factors' M, Pm, P2; vjp's Lr, Pq, T1 += Pq E, both G, the four G
+ *     products)                                            2 s -> 0.5 s      (4x4)
+ *   one shared, one global (vjp's T1 = W dX, dW = E dX^T, dQ = dO X0^T, T1 = Q X0 or K X0,
+ *     dK -= dE X0^T)                                       1 s + 1 g -> 0.25 s + 0.25 g  (4x4)
+ *   vjp's E = Y - Wt X0                                     2 g -> 0.5 g      (4x4)
+ *   the walks' R = Y - Wt X, X += Wd^T R, Z = Wd dX (rows of Wt / Wd global, the X tile shared;
+ *     64 x 32)                                             1 s + 1 g -> 0.25 s + 0.5 g  (4x2) */
+template <int TM, int TN, class F>
+__device__ __forceinline__ void bmm_tiles(int M, int N, int K, const float *A, int sam, int sak, const float *B,
+                                          int sbk, int sbn, F &out) {
+    /* tile (tm, tn) holds rows tm + i * mt and columns tn + j * nb: consecutive lanes take
+     * consecutive tn, i.e. consecutive columns, as the one-element form's lanes did (a column read at
+     * an odd ld_of stride stays on 32 banks). Rows past M or columns past N repeat the last one (in
+     * bounds, computed and dropped). */
+    const int mt = (M + TM - 1) / TM, nb = (N + TN - 1) / TN;
+    for (int o = threadIdx.x; o < mt * nb; o += blockDim.x) {
+        const int tm = o / nb, tn = o - tm * nb;
+        const float *a[TM], *b[TN];
+#pragma unroll
+        for (int i = 0; i < TM; i++) a[i] = A + (size_t)imin(tm + i * mt, M - 1) * sam;
+#pragma unroll
+        for (int j = 0; j < TN; j++) b[j] = B + (size_t)imin(tn + j * nb, N - 1) * sbn;
+        float s[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++) s[i][j] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float x[TM], y[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i++) x[i] = a[i][(size_t)k * sak];
+#pragma unroll
+            for (int j = 0; j < TN; j++) y[j] = b[j][(size_t)k * sbk];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) s[i][j] = fmaf(x[i], y[j], s[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++) {
+                const int m = tm + i * mt, n = tn + j * nb;
+                if (m < M && n < N) out(m, n, s[i][j]);
+            }
+    }
+}
+
+/* The tile of an M x N product: 0 1x1, 1 2x2, 2 4x2, 3 4x4, the one of least rounds * (TM * TN +
+ * 4 (TM + TN)), rounds = ceil(tiles / blockDim): a thread's FMAs and loads per k, a shared load
+ * weighted as 4 FMAs (an SM issues 4 warps' FMAs a clock and one warp's 32-bit shared loads);
+ * ties go to the larger tile. VLA_GC_BMM_TILE (a compile-time development switch, for the
+ * emulator) forces one. */
+__device__ __forceinline__ int bmm_pick(int M, int N) {
+#ifdef VLA_GC_BMM_TILE
+    (void)M, (void)N;
+    return VLA_GC_BMM_TILE;
+#else
+    const int nt = blockDim.x;
+    int best = 0, bc = 0;
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        const int tm = v ? 2 + 2 * (v > 1) : 1, tn = v ? 2 + 2 * (v > 2) : 1;
+        const int tiles = ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
+        const int c = (tiles + nt - 1) / nt * (tm * tn + 4 * (tm + tn));
+        if (v == 0 || c <= bc) best = v, bc = c;
+    }
+    return best;
+#endif
+}
+
+template <bool SIMPLE, class F>
 __device__ __forceinline__ void bmm(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk,
                                     int sbn, F out) {
-    for (int o = threadIdx.x; o < M * N; o += blockDim.x) {
-        const int m = o / N, n = o - m * N;
-        const float *a = A + (size_t)m * sam, *b = B + (size_t)n * sbn;
-        float s = 0.0f;
-        for (int k = 0; k < K; k++) s = fmaf(a[(size_t)k * sak], b[(size_t)k * sbk], s);
-        out(m, n, s);
+    if (SIMPLE) {
+        for (int o = threadIdx.x; o < M * N; o += blockDim.x) {
+            const int m = o / N, n = o - m * N;
+            const float *a = A + (size_t)m * sam, *b = B + (size_t)n * sbn;
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) s = fmaf(a[(size_t)k * sak], b[(size_t)k * sbk], s);
+            out(m, n, s);
+        }
+        return;
+    }
+    switch (bmm_pick(M, N)) {
+    case 3: bmm_tiles<4, 4>(M, N, K, A, sam, sak, B, sbk, sbn, out); break;
+    case 2: bmm_tiles<4, 2>(M, N, K, A, sam, sak, B, sbk, sbn, out); break;
+    case 1: bmm_tiles<2, 2>(M, N, K, A, sam, sak, B, sbk, sbn, out); break;
+    default: bmm_tiles<1, 1>(M, N, K, A, sam, sak, B, sbk, sbn, out); break;
     }
 }
 
@@ -149,6 +244,7 @@ __device__ void load_dO(const gchunk_params &P, const gc_smem &L, float *sm, int
 }
 
 /* ---- per (head, chunk): Y, Wt, Wd, gamL and H ---- */
+template <bool SB>
 __global__ void __launch_bounds__(VLACU_NT) gc_factors_kernel(const gchunk_params P) {
     VLACU_DYNSMEM(smem);
     float *sm = (float *)smem;
@@ -170,11 +266,11 @@ __global__ void __launch_bounds__(VLACU_NT) gc_factors_kernel(const gchunk_param
     }
     /* M = strict_lower(Kr W^T o D), Pm = tril(Q W^T o D) */
     if (!linear)
-        bmm(n, n, dk, K, ldk, 1, W, 1, ldk, [&](int t, int s, float x) {
+        bmm<SB>(n, n, dk, K, ldk, 1, W, 1, ldk, [&](int t, int s, float x) {
             M[(size_t)t * ldc + s] = s < t ? x * D[(size_t)t * ldc + s] : 0.0f;
         });
     if (!linear)
-        bmm(n, n, dk, Q, ldk, 1, W, 1, ldk,
+        bmm<SB>(n, n, dk, Q, ldk, 1, W, 1, ldk,
             [&](int t, int s, float x) { Pm[(size_t)t * ldc + s] = s <= t ? x * D[(size_t)t * ldc + s] : 0.0f; });
     __syncthreads();
 
@@ -192,7 +288,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_factors_kernel(const gchunk_param
             }
         }
     /* P2 = Pm^T dO' (delta: linear has no Wt) */
-    if (!linear) bmm(n, dv, n, Pm, 1, ldc, dO, ldv, 1, [&](int t, int j, float x) { P2[(size_t)t * ldv + j] = x; });
+    if (!linear) bmm<SB>(n, dv, n, Pm, 1, ldc, dO, ldv, 1, [&](int t, int j, float x) { P2[(size_t)t * ldv + j] = x; });
     __syncthreads();
 
     const size_t row0 = (size_t)bh * T + ts;
@@ -220,6 +316,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_factors_kernel(const gchunk_param
 }
 
 /* ---- the walks: per (head, column tile of X); X tile [dk][ldt], R [C][ldt] in shared memory ---- */
+template <bool SB>
 __global__ void __launch_bounds__(VLACU_NT) gc_fwd_walk_kernel(const gchunk_params P) {
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
@@ -245,7 +342,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_fwd_walk_kernel(const gchunk_para
         const float *Y = P.Y + row0 * dv + j0, *Wd = P.Wd + row0 * dk;
         /* R = Y - Wt X */
         if (P.Wt)
-            bmm(n, jn, dk, P.Wt + row0 * dk, dk, 1, X, ldt, 1,
+            bmm<SB>(n, jn, dk, P.Wt + row0 * dk, dk, 1, X, ldt, 1,
                 [&](int t, int j, float x) { R[(size_t)t * ldt + j] = Y[(size_t)t * dv + j] - x; });
         else
             for (int e = tid; e < n * jn; e += nt) {
@@ -255,13 +352,14 @@ __global__ void __launch_bounds__(VLACU_NT) gc_fwd_walk_kernel(const gchunk_para
         __syncthreads();
         /* X <- gamL X + Wd^T R */
         const float gl = P.gamL[(size_t)bh * nck + c];
-        bmm(dk, jn, n, Wd, 1, dk, R, ldt, 1, [&](int i, int j, float x) {
+        bmm<SB>(dk, jn, n, Wd, 1, dk, R, ldt, 1, [&](int i, int j, float x) {
             float *p = X + (size_t)i * ldt + j;
             *p = fmaf(gl, *p, x);
         });
     }
 }
 
+template <bool SB>
 __global__ void __launch_bounds__(VLACU_NT) gc_bwd_walk_kernel(const gchunk_params P) {
     VLACU_DYNSMEM(smem);
     const vlacu_args &a = P.a;
@@ -280,7 +378,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_bwd_walk_kernel(const gchunk_para
         const size_t row0 = (size_t)bh * T + ts;
         /* Z = Wd dX (delta; linear's carry is dX + H) */
         if (P.Wt) {
-            bmm(n, jn, dk, P.Wd + row0 * dk, dk, 1, dX, ldt, 1,
+            bmm<SB>(n, jn, dk, P.Wd + row0 * dk, dk, 1, dX, ldt, 1,
                 [&](int t, int j, float x) { Z[(size_t)t * ldt + j] = x; });
             __syncthreads();
         }
@@ -308,6 +406,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_bwd_walk_kernel(const gchunk_para
 }
 
 /* ---- per (head, chunk): the VJP (cpu_grad_chunk_vjp), with X0 = ckX, dX = dX_end = ckH ---- */
+template <bool SB>
 __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P) {
     VLACU_DYNSMEM(smem);
     __shared__ double sc[32];
@@ -334,7 +433,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
     /* E = Y - Wt X0 */
     const float *Yg = P.Y + row0 * dv;
     if (!linear)
-        bmm(n, dv, dk, P.Wt + row0 * dk, dk, 1, X0, dv, 1,
+        bmm<SB>(n, dv, dk, P.Wt + row0 * dk, dk, 1, X0, dv, 1,
             [&](int t, int j, float x) { E[(size_t)t * ldv + j] = Yg[(size_t)t * dv + j] - x; });
     else
         for (int e = tid; e < n * dv; e += nt) {
@@ -343,13 +442,15 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
         }
     /* Lr = strict_lower(Kr W^T), Pq = tril(Q W^T) (without D) */
     if (!linear)
-        bmm(n, n, dk, K, ldk, 1, W, 1, ldk, [&](int t, int s, float x) { Lr[(size_t)t * ldc + s] = s < t ? x : 0.0f; });
-    bmm(n, n, dk, Q, ldk, 1, W, 1, ldk, [&](int t, int s, float x) { Pq[(size_t)t * ldc + s] = s <= t ? x : 0.0f; });
+        bmm<SB>(n, n, dk, K, ldk, 1, W, 1, ldk,
+                [&](int t, int s, float x) { Lr[(size_t)t * ldc + s] = s < t ? x : 0.0f; });
+    bmm<SB>(n, n, dk, Q, ldk, 1, W, 1, ldk,
+            [&](int t, int s, float x) { Pq[(size_t)t * ldc + s] = s <= t ? x : 0.0f; });
     __syncthreads();
 
     /* X_end's term: T1 = W dX;  dE = diag(Dl) T1;  dW = diag(Dl) E dX^T */
-    bmm(n, dv, dk, W, ldk, 1, dX, dv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] = x; });
-    bmm(n, dk, dv, E, ldv, 1, dX, 1, dv, [&](int t, int i, float x) { dW[(size_t)t * ldk + i] = Dl[t] * x; });
+    bmm<SB>(n, dv, dk, W, ldk, 1, dX, dv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] = x; });
+    bmm<SB>(n, dk, dv, E, ldv, 1, dX, 1, dv, [&](int t, int i, float x) { dW[(size_t)t * ldk + i] = Dl[t] * x; });
     __syncthreads();
     for (int e = tid; e < n * dv; e += nt) {
         const int t = e / dv, j = e - t * dv;
@@ -375,9 +476,9 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
         for (int r = t; r < n; r++) s = fmaf(Pq[(size_t)r * ldc + t] * D[(size_t)r * ldc + t], dO[(size_t)r * ldv + j], s);
         dE[(size_t)t * ldv + j] += s;
     }
-    bmm(n, dk, dv, dO, ldv, 1, X0, 1, dv, [&](int t, int i, float x) { dQ[(size_t)t * dk + i] = gam[t] * x; });
+    bmm<SB>(n, dk, dv, dO, ldv, 1, X0, 1, dv, [&](int t, int i, float x) { dQ[(size_t)t * dk + i] = gam[t] * x; });
     if (has_g || P.N)
-        bmm(n, dv, dk, Q, ldk, 1, X0, dv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] = x; });
+        bmm<SB>(n, dv, dk, Q, ldk, 1, X0, dv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] = x; });
     __syncthreads();
     if (has_g)
         for (int t = tid; t < n; t += nt) {
@@ -386,7 +487,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
             DDX(t, -1) += s;
         }
     if (P.N) { /* numerator T1 += Pm E;  dr_t = -(dO'_t . num_t) / den_t (0 where vla's floor binds);  dq~ += dr_t n_t */
-        bmm(n, dv, n, Pq, ldc, 1, E, ldv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] += x; });
+        bmm<SB>(n, dv, n, Pq, ldc, 1, E, ldv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] += x; });
         __syncthreads();
         for (int t = tid; t < n; t += nt) {
             float s = 0.0f;
@@ -401,7 +502,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
         }
     }
     /* G = tril(dO' E^T): dDx += G o Pq, then G <- G o D (dPq) */
-    bmm(n, n, dv, dO, ldv, 1, E, 1, ldv, [&](int t, int s, float x) {
+    bmm<SB>(n, n, dv, dO, ldv, 1, E, 1, ldv, [&](int t, int s, float x) {
         float *gp = G + (size_t)t * ldc + s;
         if (s > t) {
             *gp = 0.0f;
@@ -412,8 +513,8 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
     });
     __syncthreads();
     /* dQ += dPq W;  dW += dPq^T Q */
-    bmm(n, dk, n, G, ldc, 1, W, ldk, 1, [&](int t, int i, float x) { dQ[(size_t)t * dk + i] += x; });
-    bmm(n, dk, n, G, 1, ldc, Q, ldk, 1, [&](int t, int i, float x) { dW[(size_t)t * ldk + i] += x; });
+    bmm<SB>(n, dk, n, G, ldc, 1, W, ldk, 1, [&](int t, int i, float x) { dQ[(size_t)t * dk + i] += x; });
+    bmm<SB>(n, dk, n, G, 1, ldc, Q, ldk, 1, [&](int t, int i, float x) { dW[(size_t)t * ldk + i] += x; });
     __syncthreads();
 
     if (!linear) {
@@ -427,7 +528,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
             }
         __syncthreads();
         /* G = strict_lower(dB E^T): dDx -= G o Lr;  dLr = -G o D */
-        bmm(n, n, dv, dE, ldv, 1, E, 1, ldv, [&](int t, int s, float x) {
+        bmm<SB>(n, n, dv, dE, ldv, 1, E, 1, ldv, [&](int t, int s, float x) {
             float *gp = G + (size_t)t * ldc + s;
             if (s >= t) {
                 *gp = 0.0f;
@@ -436,14 +537,15 @@ __global__ void __launch_bounds__(VLACU_NT) gc_vjp_kernel(const gchunk_params P)
             if (has_g) DDX(t, s) -= x * Lr[(size_t)t * ldc + s];
             *gp = -x * D[(size_t)t * ldc + s];
         });
-        if (has_g) bmm(n, dv, dk, K, ldk, 1, X0, dv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] = x; });
+        if (has_g)
+            bmm<SB>(n, dv, dk, K, ldk, 1, X0, dv, 1, [&](int t, int j, float x) { T1[(size_t)t * ldv + j] = x; });
         __syncthreads();
         /* dKr = dLr W - diag(gam) dB X0^T;  dW += dLr^T Kr;  dDx[t][-1] -= dB_t . (Kr X0)_t */
         float *dK = P.dKh + row0 * dk;
-        bmm(n, dk, n, G, ldc, 1, W, ldk, 1, [&](int t, int i, float x) { dK[(size_t)t * dk + i] = x; });
-        bmm(n, dk, n, G, 1, ldc, K, ldk, 1, [&](int t, int i, float x) { dW[(size_t)t * ldk + i] += x; });
+        bmm<SB>(n, dk, n, G, ldc, 1, W, ldk, 1, [&](int t, int i, float x) { dK[(size_t)t * dk + i] = x; });
+        bmm<SB>(n, dk, n, G, 1, ldc, K, ldk, 1, [&](int t, int i, float x) { dW[(size_t)t * ldk + i] += x; });
         __syncthreads();
-        bmm(n, dk, dv, dE, ldv, 1, X0, 1, dv, [&](int t, int i, float x) { dK[(size_t)t * dk + i] -= gam[t] * x; });
+        bmm<SB>(n, dk, dv, dE, ldv, 1, X0, 1, dv, [&](int t, int i, float x) { dK[(size_t)t * dk + i] -= gam[t] * x; });
         if (has_g)
             for (int t = tid; t < n; t += nt) {
                 float s = 0.0f;
@@ -563,7 +665,35 @@ __global__ void __launch_bounds__(VLACU_NT) gc_dn_kernel(const gchunk_params P) 
 }
 #undef GC_NB
 
-std::atomic<size_t> fac_smem_set[64], vjp_smem_set[64], fwalk_smem_set[64], bwalk_smem_set[64];
+/* [SB][device]: each instance has its own shared memory attribute */
+std::atomic<size_t> fac_smem_set[2][64], vjp_smem_set[2][64], fwalk_smem_set[2][64], bwalk_smem_set[2][64];
+
+template <bool SB> cudaError_t launch_gc(const gchunk_params &p, cudaStream_t st) {
+    cudaError_t e;
+    if ((e = raise_smem_limit((const void *)gc_factors_kernel<SB>, fac_smem_set[SB], p.smem_fac)) != cudaSuccess)
+        return e;
+    if ((e = raise_smem_limit_static((const void *)gc_vjp_kernel<SB>, vjp_smem_set[SB], p.smem_vjp,
+                                     grad_chunk_static_smem())) != cudaSuccess)
+        return e;
+    if ((e = raise_smem_limit((const void *)gc_fwd_walk_kernel<SB>, fwalk_smem_set[SB], p.smem_walk)) != cudaSuccess)
+        return e;
+    if ((e = raise_smem_limit((const void *)gc_bwd_walk_kernel<SB>, bwalk_smem_set[SB], p.smem_walk)) != cudaSuccess)
+        return e;
+    const vlacu_args &a = p.a;
+    const unsigned BH = (unsigned)(a.B * a.H), chunks = BH * (unsigned)p.nck;
+    const unsigned walks = BH * (unsigned)((a.dv + p.tile - 1) / p.tile);
+    const unsigned cols = (unsigned)(((size_t)BH * a.dk + VLACU_NT - 1) / VLACU_NT);
+    const bool vla = a.mech == VLACU_VLA;
+    if (vla && (e = launch_grad_chunk_afwd(p, st)) != cudaSuccess) return e;
+    if (p.N) VLACU_LAUNCH(gc_nprefix_kernel, cols, VLACU_NT, 0, st, p);
+    VLACU_LAUNCH(gc_factors_kernel<SB>, chunks, VLACU_NT, p.smem_fac, st, p);
+    VLACU_LAUNCH(gc_fwd_walk_kernel<SB>, walks, VLACU_NT, p.smem_walk, st, p);
+    VLACU_LAUNCH(gc_bwd_walk_kernel<SB>, walks, VLACU_NT, p.smem_walk, st, p);
+    VLACU_LAUNCH(gc_vjp_kernel<SB>, chunks, VLACU_NT, p.smem_vjp, st, p);
+    if (vla && (e = launch_grad_chunk_abwd(p, st)) != cudaSuccess) return e;
+    if (p.N) VLACU_LAUNCH(gc_dn_kernel, cols, VLACU_NT, 0, st, p);
+    return cudaGetLastError();
+}
 
 } // namespace
 
@@ -573,33 +703,19 @@ void grad_chunk_smem(int C, int dk, int dv, int tile, size_t *fac, size_t *vjp, 
     *walk = (pad4((size_t)dk * ld_of(tile)) + pad4((size_t)C * ld_of(tile))) * sizeof(float);
 }
 
-size_t grad_chunk_static_smem() {
-    static const size_t s = static_smem_of((const void *)gc_vjp_kernel, 256);
+size_t grad_chunk_static_smem() { /* (the same in both instances: sc[32]) */
+    static const size_t s = static_smem_of((const void *)gc_vjp_kernel<false>, 256);
     return s;
 }
 
+/* VLA_CUDA_BMM=simple (development, read once): the kernels' products one element a thread (bmm's
+ * SIMPLE form), to time the register-tiled default against. Same results, bit for bit. */
 cudaError_t launch_grad_chunk(const gchunk_params &p, cudaStream_t st) {
-    cudaError_t e;
-    if ((e = raise_smem_limit((const void *)gc_factors_kernel, fac_smem_set, p.smem_fac)) != cudaSuccess) return e;
-    if ((e = raise_smem_limit_static((const void *)gc_vjp_kernel, vjp_smem_set, p.smem_vjp,
-                                     grad_chunk_static_smem())) != cudaSuccess)
-        return e;
-    if ((e = raise_smem_limit((const void *)gc_fwd_walk_kernel, fwalk_smem_set, p.smem_walk)) != cudaSuccess) return e;
-    if ((e = raise_smem_limit((const void *)gc_bwd_walk_kernel, bwalk_smem_set, p.smem_walk)) != cudaSuccess) return e;
-    const vlacu_args &a = p.a;
-    const unsigned BH = (unsigned)(a.B * a.H), chunks = BH * (unsigned)p.nck;
-    const unsigned walks = BH * (unsigned)((a.dv + p.tile - 1) / p.tile);
-    const unsigned cols = (unsigned)(((size_t)BH * a.dk + VLACU_NT - 1) / VLACU_NT);
-    const bool vla = a.mech == VLACU_VLA;
-    if (vla && (e = launch_grad_chunk_afwd(p, st)) != cudaSuccess) return e;
-    if (p.N) VLACU_LAUNCH(gc_nprefix_kernel, cols, VLACU_NT, 0, st, p);
-    VLACU_LAUNCH(gc_factors_kernel, chunks, VLACU_NT, p.smem_fac, st, p);
-    VLACU_LAUNCH(gc_fwd_walk_kernel, walks, VLACU_NT, p.smem_walk, st, p);
-    VLACU_LAUNCH(gc_bwd_walk_kernel, walks, VLACU_NT, p.smem_walk, st, p);
-    VLACU_LAUNCH(gc_vjp_kernel, chunks, VLACU_NT, p.smem_vjp, st, p);
-    if (vla && (e = launch_grad_chunk_abwd(p, st)) != cudaSuccess) return e;
-    if (p.N) VLACU_LAUNCH(gc_dn_kernel, cols, VLACU_NT, 0, st, p);
-    return cudaGetLastError();
+    static const bool simple = [] {
+        const char *e = getenv("VLA_CUDA_BMM");
+        return e && strcmp(e, "simple") == 0;
+    }();
+    return simple ? launch_gc<true>(p, st) : launch_gc<false>(p, st);
 }
 
 } // namespace grad
