@@ -61,6 +61,10 @@
 #   --gate US          host hold of the gated rows, microseconds (default 3000)
 #   --peers LIST       comma-separated peers' scripts (default public_fwd.py; also public_fwdbwd.py)
 #   --backward         add the backward stage (off by default; up to 360 s of the deadline)
+#   --bwd-ab LIST      with the backward stage: after the default rows, the chunk form again under
+#                      each VAR=VALUE of the comma-separated LIST (development switches, e.g.
+#                      VLA_CUDA_APART=block,VLA_CUDA_BMM=simple), one at a time, in
+#                      backward-B-H-d-VAR.md: an A/B within one call
 #   --train            add the train stage (off by default; up to 250 s of the deadline)
 #   --opencl-speed     add the opencl_speed stage (off by default; up to 200 s)
 #   --ocl-rows ROWS    its rows, B,H,d,T separated by ';' (default: opencl_speed.sh's, the issue's)
@@ -100,7 +104,7 @@ NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null |
 CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
 STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train opencl_speed throughput paper sanitizers jit75 baseline peers)
 declare -A SKIP=()
-BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS="" OCLSPEED=0 OCL_ROWS="" THROUGHPUT=0
+BWD_AB="" BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS="" OCLSPEED=0 OCL_ROWS="" THROUGHPUT=0
 
 die() { echo "gpu_report.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -117,6 +121,7 @@ while [ $# -gt 0 ]; do
     --baseline) BASELINE=${2:?--baseline needs a folder}; shift ;;
     --quick) QUICK=1 ;;
     --backward) BACKWARD=1 ;;
+    --bwd-ab) BWD_AB=${2:?--bwd-ab needs VAR=VALUE[,...]}; shift ;;
     --train) TRAIN=1 ;;
     --paper) PAPER=1 ;;
     --opencl-speed) OCLSPEED=1 ;;
@@ -382,6 +387,21 @@ st_backward() {
     ((r == 0)) || rc=$r
     n=$(awk -F, 'NR > 1 && $10 != ""' "$R/backward-$tag.csv" 2> /dev/null | wc -l)
     RESULT="$RESULT($b,$h,$d) exit $r, $n points measured ($(last "$W/backward-$tag.err" | cut -c1-80)); "
+  done
+  # The A/B: the chunk form under each switch, the same shapes, right after the default rows.
+  local sw
+  for sw in ${BWD_AB//,/ }; do
+    [[ $sw == *=* ]] || { RESULT="${RESULT}--bwd-ab: '$sw' is not VAR=VALUE; "; continue; }
+    for sh in "${BWD_SHAPES[@]}"; do
+      read -r b h d t <<< "$sh"
+      tag=$b-$h-$d-${sw%%=*}
+      l=$(sublim 60)
+      x "$l" /dev/null "$W/backward-$tag.err" env "$sw" "$B/tools/vla-bench" --backend cuda --backward --algo chunked \
+        -T "$t" -B "$b" -H "$h" -d "$d" -r 10 --budget $((l > 20 ? l - 10 : (l > 1 ? l - 1 : 1))) --save "$R/backward-$tag"
+      r=$?
+      ((r == 0)) || rc=$r
+      RESULT="$RESULT$sw ($b,$h,$d) exit $r; "
+    done
   done
   for dir in "$ROOT/.peers" "$ROOT/../shared/peers" "$ROOT/shared/peers"; do
     [ -f "$dir/public_fwdbwd.py" ] && src=$dir/public_fwdbwd.py && break
@@ -669,7 +689,7 @@ write_readme() {
     local f
     for f in "$R"/peers*.csv; do [ -e "$f" ] && section "Public kernels (ms)" "$f" csv_table; done
     section "Scaling sweep at (1,4,32), the summary" "$R/vla-bench-cuda.md" sweep_summary
-    for f in "$R"/backward-[0-9]*.md; do [ -e "$f" ] && section "Forward + backward (vla-bench --backward)" "$f" sed -n '/^| backend |/,/^$/p'; done
+    for f in "$R"/backward-[0-9]*.md; do [ -e "$f" ] && section "Forward + backward (vla-bench --backward$(sed -n 's/^backward-[0-9]*-[0-9]*-[0-9]*-\(.*\)[.]md$/, the chunk form under \1/p' <<< "${f##*/}"))" "$f" sed -n '/^| backend |/,/^$/p'; done
     section "Public kernels, forward + backward (ms)" "$R/backward-peers.csv" csv_table
     section "Training step: vla-train (benchmarks/train_speed.sh)" "$R/train/train_speed.md" sed '1,2d'
     section "Training step: the paper's code (paper_train_speed.py)" "$R/train-paper.csv" csv_table
