@@ -67,6 +67,10 @@
 #                       the paper's DeltaNet needs about 1300 steps of a 3000-step schedule; on
 #                       the CPU it does the same at n = 6 and 8, and stays at chance at n = 4)
 #   --eval-batches N    (for tests) every run's evaluation batches (default: the code's 20)
+#   --from DIR          start from an earlier results folder of the same setting (e.g. one
+#                       committed under benchmarks/results/ and carried to the device): each run
+#                       done there and absent from --results is copied into it, and so is not
+#                       run again; DIR itself is only read
 #   --pack FILE         at the end, the results folder (less the checkpoints of cut runs) packed
 #                       into FILE (.tar.gz): one file to bring back from a device call
 #   --no-plots          no plots
@@ -90,7 +94,7 @@ val() {
   echo "$2"
 }
 BDIR=build RESULTS="" BACKEND="" ONLY="" MECHS=softmax,linear,delta,deltanet,vla JOBS="" THREADS=""
-DEADLINE=0 QUICK=0 STEPS_OVR="" EVALB=20 PLOTS=1 TABLES_ONLY="" DRY=0 PACK="" MPS=0
+DEADLINE=0 QUICK=0 STEPS_OVR="" EVALB=20 PLOTS=1 TABLES_ONLY="" DRY=0 PACK="" MPS=0 FROM=""
 while [ $# -gt 0 ]; do
   case $1 in
     --build) BDIR=$(val "$@") || exit 2; shift ;;
@@ -106,6 +110,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS_OVR=$(val "$@") || exit 2; shift ;;
     --eval-batches) EVALB=$(val "$@") || exit 2; shift ;;
     --pack) PACK=$(val "$@") || exit 2; shift ;;
+    --from) FROM=$(val "$@") || exit 2; shift ;;
     --no-plots) PLOTS=0 ;;
     --tables-only) TABLES_ONLY=$(val "$@") || exit 2; shift ;;
     --dry-run) DRY=1 ;;
@@ -303,6 +308,10 @@ if ((DRY)); then
 fi
 
 # ---- the results folder -------------------------------------------------------------------------
+if [ -n "$FROM" ]; then # before anything is written
+  [ -f "$FROM/settings.txt" ] || die "--from $FROM: no settings.txt there (not a results folder of this script)"
+  [ "$(cat "$FROM/settings.txt")" = "$MODE" ] || die "--from $FROM: runs of another setting ($(cat "$FROM/settings.txt"); this: $MODE)"
+fi
 mkdir -p "$RESULTS/runs" || die "cannot create $RESULTS/runs"
 if [ -f "$RESULTS/settings.txt" ]; then
   old=$(cat "$RESULTS/settings.txt")
@@ -338,6 +347,20 @@ status() {
   fi
   if [ -f "$d/checkpoint.bin" ]; then echo interrupted; elif [ -e "$d" ]; then echo failed; else echo new; fi
 }
+
+# --from (checked above): the runs done in the earlier folder, copied in where absent.
+if [ -n "$FROM" ]; then
+  n_from=0
+  for d in "$FROM"/runs/*/; do
+    [ -d "$d" ] || continue
+    name=$(basename "$d")
+    [ -e "$RESULTS/runs/$name" ] && continue
+    [ "$(RESULTS=$FROM status "$name")" = done ] || continue
+    cp -r "$FROM/runs/$name" "$RESULTS/runs/$name" || die "--from: cannot copy $FROM/runs/$name"
+    n_from=$((n_from + 1))
+  done
+  say "--from $FROM: $n_from runs done there copied in"
+fi
 
 # best_lr MECH: the zoology sweep's best rate (highest eval accuracy, then lowest final loss) of
 # the runs done; "wait" while a sweep run may still come, "none" when none is done.

@@ -13,7 +13,8 @@
 # command again skips the runs done, --pack packs the folder; (f) a different setting into the
 # same folder is refused;
 # (g) --tables-only redoes the tables; (h) without summary.csv (an older vla-train) the tables
-# still come, from stdout.txt; (i) --deadline too short for any run: exit 1, every run "not run".
+# still come, from stdout.txt; (i) --deadline too short for any run: exit 1, every run "not run";
+# (j) --from copies an earlier folder's done runs and runs only the rest; another setting: exit 2.
 # One line per check; exit 0 only if all pass, 77 (skipped) without python3.
 set -u
 
@@ -158,6 +159,27 @@ if [ $RC -eq 1 ] && [ "$(grep -c '| not run' "$WORK/late/tables.md")" -ge 2 ] &&
     pass "--deadline too short: exit 1, the runs marked not run"
 else
     fail "--deadline too short (exit $RC): $(tail -n 2 "$WORK/late.err")"
+fi
+
+# (j)
+run from1 --build "$BDIR" --quick --only table11 --mechanisms softmax --steps 6 --eval-batches 1 --no-plots \
+    --results "$WORK/fromA"
+run from2 --build "$BDIR" --quick --only table11 --mechanisms softmax,linear --steps 6 --eval-batches 1 --no-plots \
+    --results "$WORK/fromB" --from "$WORK/fromA"
+ran=$(grep -c ': started' "$WORK/from2.err")
+if [ $RC -eq 0 ] && [ "$ran" -eq 1 ] && grep -q 'linear.*: started' "$WORK/from2.err" &&
+    cmp -s "$WORK/fromA/runs/mqar-softmax-n4-T13-s6-seed42-lr3e-4/summary.csv" \
+        "$WORK/fromB/runs/mqar-softmax-n4-T13-s6-seed42-lr3e-4/summary.csv"; then
+    pass "--from: the earlier folder's run copied in, only the new one run"
+else
+    fail "--from (exit $RC, $ran started): $(tail -n 2 "$WORK/from2.err")"
+fi
+run from3 --build "$BDIR" --quick --only table11 --mechanisms softmax --steps 7 --eval-batches 1 --no-plots \
+    --results "$WORK/fromC" --from "$WORK/fromA"
+if [ $RC -eq 2 ] && [ ! -e "$WORK/fromC" ] && grep -q 'runs of another setting' "$WORK/from3.err"; then
+    pass "--from with another setting: exit 2, nothing written"
+else
+    fail "--from with another setting (exit $RC): $(tail -n 1 "$WORK/from3.err")"
 fi
 
 echo "$NPASS passed, $NFAIL failed"
