@@ -355,7 +355,7 @@ if [ -n "$FROM" ]; then
     [ -d "$d" ] || continue
     name=$(basename "$d")
     [ -e "$RESULTS/runs/$name" ] && continue
-    [ "$(RESULTS=$FROM status "$name")" = done ] || continue
+    [ "$(RESULTS=$FROM status "$name")" = "done" ] || continue
     cp -r "$FROM/runs/$name" "$RESULTS/runs/$name" || die "--from: cannot copy $FROM/runs/$name"
     n_from=$((n_from + 1))
   done
