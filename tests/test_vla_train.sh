@@ -34,6 +34,12 @@ NPASS=0
 NFAIL=0
 pass() { echo "PASS: $*"; NPASS=$((NPASS + 1)); }
 fail() { echo "FAIL: $*"; NFAIL=$((NFAIL + 1)); }
+# no_tmp_left DIR: no file of DIR has "tmp" in its name (a temporary file left behind).
+no_tmp_left() {
+    local f
+    for f in "$1"/*tmp*; do [ -e "$f" ] && return 1; done
+    return 0
+}
 
 # run NAME ARGS...: stdout to $WORK/NAME.out, stderr to $WORK/NAME.err; sets RC.
 run() {
@@ -75,7 +81,7 @@ rows=$(($(wc -l < "$WORK/short/train.csv") - 1))
 if [ $RC -eq 0 ] && [ ! -s "$WORK/short.err" ] && [ "$rows" -eq 12 ] && [ -s "$WORK/short/checkpoint.bin" ] &&
     grep -q "^eval: softmax mqar n=4 T=13 seed 42, 24 steps: accuracy" "$WORK/short.out" &&
     [ "$(head -n 1 "$WORK/short/train.csv")" = "step,lr,loss,train_acc,grad_norm,eval_acc,steps_per_s,tokens_per_s,elapsed_s" ] &&
-    [ -n "$(tail -n 1 "$WORK/short/train.csv" | cut -d, -f6)" ] && ! ls "$WORK/short" | grep -q tmp; then
+    [ -n "$(tail -n 1 "$WORK/short/train.csv" | cut -d, -f6)" ] && no_tmp_left "$WORK/short"; then
     pass "short run: 12 CSV rows, checkpoint, eval line ($(grep '^eval' "$WORK/short.out" | sed 's/.*accuracy //'))"
 else
     fail "short run (rc $RC, $rows rows): $(head -c 300 "$WORK/short.err")"
@@ -163,7 +169,7 @@ expect() {
     local lines
     lines=$(wc -l < "$WORK/$name.err")
     if [ $RC -eq "$want" ] && [ "$lines" -eq 1 ] && grep -q "^vla-train: .*$pat" "$WORK/$name.err" &&
-        [ "$(snapshot)" = "$BEFORE" ] && ! ls "$WORK/full-softmax" | grep -q tmp; then
+        [ "$(snapshot)" = "$BEFORE" ] && no_tmp_left "$WORK/full-softmax"; then
         pass "$name: exit $want, '$(head -c 150 "$WORK/$name.err")'"
     else
         fail "$name: rc $RC (want $want), $lines lines: $(head -c 300 "$WORK/$name.err")"
@@ -258,7 +264,7 @@ for mech in softmax vla deltanet; do
     ok=1 why=
     [ -f "$f" ] && [ "$(head -n 1 "$f")" = "$COLS" ] && [ "$(wc -l < "$f")" -eq 2 ] || { ok=0; why="columns or rows"; }
     [ "$(awk -F, 'NR == 2 { print NF }' "$f" 2> /dev/null)" = 22 ] || { ok=0; why="$why; fields"; }
-    [ "$(col "$f" status)" = done ] && [ "$(col "$f" backend)" = cpu ] && [ "$(col "$f" mechanism)" = $mech ] &&
+    [ "$(col "$f" status)" = "done" ] && [ "$(col "$f" backend)" = cpu ] && [ "$(col "$f" mechanism)" = $mech ] &&
         [ "$(col "$f" task)" = mqar ] && [ "$(col "$f" pairs)" = 4 ] && [ "$(col "$f" seq_len)" = 13 ] &&
         [ "$(col "$f" steps)" = 24 ] && [ "$(col "$f" batch)" = 4 ] && [ "$(col "$f" seed)" = 42 ] &&
         [ "$(col "$f" eval_batches)" = 2 ] && [ "$(col "$f" eval_batch)" = 4 ] || { ok=0; why="$why; settings"; }
