@@ -8,7 +8,8 @@
 #   test_cuda     tests/test_cuda (CK_FORK=no): the CUDA backend against the CPU backend and float64
 #   ctest         the CTest suite (less `cuda`, run just before), OpenCL on NVIDIA's driver
 #   check_cuda    vla-check --backend cuda --hash
-#   check_opencl  vla-check --backend opencl --hash (the first OpenCL GPU: NVIDIA's driver)
+#   check_opencl  vla-check --backend opencl:0:0 --hash (the first OpenCL device: NVIDIA's driver there;
+#                 PoCL beside it would take the stage's 90 s)
 #   check_grad    vla-check --grad (the backward against ref64's float64 backward) on cuda and on
 #                 opencl (NVIDIA's driver), every backward algorithm
 #   targets       the speed-target table: vla-bench --targets --json (with the copy and GEMM rates)
@@ -322,7 +323,7 @@ st_check_cuda() {
 }
 st_check_opencl() {
   need "$B/tools/vla-check" || return
-  x "$LIM" "$R/vla-check-opencl.txt" + "$B/tools/vla-check" --backend opencl --hash
+  x "$LIM" "$R/vla-check-opencl.txt" + "$B/tools/vla-check" --backend opencl:0:0 --hash
   local rc=$?
   RESULT="$(head -n 1 "$R/vla-check-opencl.txt" 2> /dev/null | cut -c1-100): $(last "$R/vla-check-opencl.txt")"
   return $rc
@@ -429,7 +430,9 @@ st_train() {
   local l bes=cuda rc=0 r src="" dir
   [ "$OPENCL" = OFF ] || bes=cuda,opencl
   l=$(sublim 150)
-  # The chunk form of the backward beside AUTO's (the recurrent kernel below T = 2048 on CUDA).
+  # MECH:chunked (vla-train --algo chunked) beside AUTO: on CUDA AUTO takes the chunk form at the
+  # trainer's T = 73 as well (the two rows should agree); OpenCL's backward has one form, so there
+  # the rows differ in the forward only.
   x "$l" "$R/train-speed.log" + bash "$ROOT/benchmarks/train_speed.sh" --build "$B" --backends "$bes" \
     --mechanisms softmax,linear,linear:chunked,delta,delta:chunked,vla,vla:chunked,deltanet \
     --budget $((l > 20 ? l - 10 : (l > 1 ? l - 1 : 1))) --out "$R/train"

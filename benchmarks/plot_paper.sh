@@ -65,6 +65,7 @@ plot() {
       echo "set ylabel 'eval accuracy (exact match, 20 batches of 32)'"
       echo "set yrange [0:1.05]"
       echo "set key outside right"
+      echo "set offsets graph 0.04, graph 0.04, 0, 0" # room for the end tics (a log axis can drop its last one)
       if [ "$logx" = 1 ]; then echo "set logscale x 2"; fi
       echo "set xtics ($(awk 'NR > 1 { printf "%s%s", s, $1; s = ", " }' "$dat"))"
       echo "plot $lines"

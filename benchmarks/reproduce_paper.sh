@@ -70,7 +70,8 @@
 #   --from DIR          start from an earlier results folder of the same setting (e.g. one
 #                       committed under benchmarks/results/ and carried to the device): each run
 #                       done there and absent from --results is copied into it, and so is not
-#                       run again; DIR itself is only read
+#                       run again, and its invocations.txt lines go first into --results';
+#                       DIR itself is only read
 #   --pack FILE         at the end, the results folder (less the checkpoints of cut runs) packed
 #                       into FILE (.tar.gz): one file to bring back from a device call
 #   --no-plots          no plots
@@ -328,6 +329,12 @@ fi
   } | awk '!seen[$0]++'
 } > "$RESULTS/plan.csv.tmp" && mv "$RESULTS/plan.csv.tmp" "$RESULTS/plan.csv"
 COMMIT=${VLA_COMMIT:-$(git -C "$ROOT" describe --always --dirty --abbrev=12 2> /dev/null || echo unknown)}
+# --from: the earlier folder's invocations first (the commands and commits its copied runs came
+# from), then this folder's own, each line once.
+if [ -n "$FROM" ] && [ -f "$FROM/invocations.txt" ]; then
+  { cat "$FROM/invocations.txt"; cat "$RESULTS/invocations.txt" 2> /dev/null || true; } | awk '!seen[$0]++' \
+    > "$RESULTS/invocations.txt.tmp" && mv "$RESULTS/invocations.txt.tmp" "$RESULTS/invocations.txt"
+fi
 echo "$(date -u '+%F %H:%M UTC')|$COMMIT|$(uname -n), $NCPU cores|bash benchmarks/reproduce_paper.sh$([ ${#ARGS[@]} -gt 0 ] && printf ' %s' "$(q "${ARGS[@]}")")" >> "$RESULTS/invocations.txt"
 
 LOG=$RESULTS/progress.log

@@ -953,11 +953,10 @@ static const bw_case bw_cases[] = {
     {.name = "bwd long softmax T2048 dk64 dv64", .mech = SM, .B = 1, .T = 2048, .H = 1, .dk = 64, .dv = 64,
      .big = 1},
     /* ---- the chunk form (vla_grad_chunk.cu; vla's A part in vla_grad_chunk_apart.cu), forced: on CUDA
-     * AUTO takes it from T = 2048 (cuda_backend.c's backward_auto_chunked_min_t), so the long cases
-     * above run it on a GPU and the recurrent kernel in the emulator (T / 4), the short ones the
-     * recurrent kernel, and these the chunk form everywhere. Chunks of C = min(chunk, 64, T) (halved to fit shared
-     * memory); T not a multiple of C, one token, dk != dv, more than one walk tile of 32 value
-     * columns, t0 > 0 with S_in, g with exact zeros. bw_check's metric, as above: 1e-4 norm-wise per
+     * AUTO takes it wherever the forward's AUTO is chunked (T > 16), and test_backward runs every AUTO
+     * case above also as the recurrent kernel; these add shapes only the chunk form has to handle.
+     * Chunks of C = min(chunk, 64, T) (halved to fit shared memory); T not a multiple of C, one token,
+     * dk != dv, more than one walk tile of 32 value columns, t0 > 0 with S_in, g with exact zeros. bw_check's metric, as above: 1e-4 norm-wise per
      * tensor against the CPU backend's sequential backward and ref64. Then the recurrent kernel asked
      * for by name (sequential). Listed last: the seeds of the cases above stay theirs. */
     {.name = "bwd chunk linear T=1 states up", .mech = LI, .B = 1, .T = 1, .H = 2, .dk = 8, .dv = 5, .states = 1,
@@ -1198,7 +1197,22 @@ static void bw_check(const bw_case *c, uint64_t seed) {
     ck_assert_msg(!why[0], "%s:%s", c->name, why);
 }
 
-START_TEST(test_backward) { bw_check(&bw_cases[_i], seed_base + 500 + (uint64_t)_i); }
+/* A case left to AUTO runs twice where the mechanism has two forms: under AUTO (on CUDA the chunk
+ * form wherever the forward's AUTO is chunked, T > 16) and as the recurrent kernel asked for by name,
+ * so that both kernels see every shape, option and state combination of the list. */
+START_TEST(test_backward) {
+    const bw_case *c = &bw_cases[_i];
+    const uint64_t seed = seed_base + 500 + (uint64_t)_i;
+    bw_check(c, seed);
+    if (c->algo == VLA_ALGO_AUTO && c->mech != SM && c->mech != VLA_MECH_DELTA_PAPER) {
+        bw_case s = *c;
+        char name[160];
+        snprintf(name, sizeof name, "%s sequential", c->name);
+        s.name = name;
+        s.algo = VLA_ALGO_SEQUENTIAL;
+        bw_check(&s, seed);
+    }
+}
 END_TEST
 
 /* Each requested output alone gives the same values as all of them together (bit for bit), no

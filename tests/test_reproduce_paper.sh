@@ -14,7 +14,8 @@
 # same folder is refused;
 # (g) --tables-only redoes the tables; (h) without summary.csv (an older vla-train) the tables
 # still come, from stdout.txt; (i) --deadline too short for any run: exit 1, every run "not run";
-# (j) --from copies an earlier folder's done runs and runs only the rest; another setting: exit 2.
+# (j) --from copies an earlier folder's done runs (and its invocations) and runs only the rest;
+# another setting: exit 2.
 # One line per check; exit 0 only if all pass, 77 (skipped) without python3.
 set -u
 
@@ -173,6 +174,14 @@ if [ $RC -eq 0 ] && [ "$ran" -eq 1 ] && grep -q 'linear.*: started' "$WORK/from2
     pass "--from: the earlier folder's run copied in, only the new one run"
 else
     fail "--from (exit $RC, $ran started): $(tail -n 2 "$WORK/from2.err")"
+fi
+# its invocations: fromA's line first, then fromB's own, two lines in all
+if [ "$(wc -l < "$WORK/fromB/invocations.txt")" -eq 2 ] &&
+    [ "$(head -n 1 "$WORK/fromB/invocations.txt")" = "$(cat "$WORK/fromA/invocations.txt")" ] &&
+    tail -n 1 "$WORK/fromB/invocations.txt" | grep -q -- '--from'; then
+    pass "--from: the earlier folder's invocations carried over, first"
+else
+    fail "--from: invocations.txt: $(cat "$WORK/fromB/invocations.txt" 2> /dev/null | head -n 3)"
 fi
 run from3 --build "$BDIR" --quick --only table11 --mechanisms softmax --steps 7 --eval-batches 1 --no-plots \
     --results "$WORK/fromC" --from "$WORK/fromA"

@@ -14,8 +14,8 @@
  * has the fallback), s_u = 0. VLA_OPENCL_NO_CHUNKPAR=1 turns the form off (the per-head path
  * runs; the tests compare the two). VLA_OPENCL_CHUNKPAR_GPU=1 (read in ocl_backend.c) takes the
  * GPU form (tune_gpu, chunkpar.cl built without CP_ONE_ITEM) on any device, so that PoCL checks
- * it (tests/test_opencl.c, vla-check). On GPUs --algo chunked runs the GPU form; auto stays
- * sequential there (ocl_resolve) until it is timed (benchmarks/opencl_speed.sh). */
+ * it (tests/test_opencl.c, vla-check). On GPUs --algo chunked runs the GPU form, and auto takes it
+ * where it was timed faster (ocl_cp_auto_chunked_gpu). */
 #include "ocl_internal.h"
 
 #include <stdint.h>
@@ -65,6 +65,25 @@ int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
     if (a->T < 16 || env_on("VLA_OPENCL_NO_CHUNKPAR")) return 0;
     if (d->mechanism == VLA_MECH_LINEAR || d->mechanism == VLA_MECH_DELTA) return 1;
     return d->mechanism == VLA_MECH_VLA && vla_apart_parallel(d, a);
+}
+
+/* GPUs. Measured with NVIDIA's driver on an H100 (132 compute units; forward, median ms, chunked
+ * GPU form vs sequential; benchmarks/results/2026-12-06-h100-opencl-speed/):
+ *   (B,H,d) = (1,4,32), T = 2048 / 8192 / 32768: VLA 5.42 / 17.4 / 75.7 vs 8.98 / 37.5 / 157;
+ *     linear 0.86 / 1.81 / 9.73 vs 4.48 / 19.8 / 101; DeltaNet 4.82 / 16.6 / 73.6 vs 3.59 / 14.4 / 62.9
+ *   (8,16,64), T = 2048 / 8192: VLA 42.7 / 165 vs 21.4 / 86.2; linear 11.3 / 43.9 vs 11.2 / 45.4;
+ *     DeltaNet 32.3 / 127 vs 9.21 / 38.3
+ * and in the trainer's step (B = 64, H = 4, d = 32, T = 73, benchmarks/results/
+ * 2026-12-06-h100-train-speed/, whose OpenCL backward is the same either way): linear 10.86 ms a
+ * step chunked vs 10.15 sequential, VLA 16.15 vs 14.97. So: DeltaNet sequential (its chunked form
+ * is slower at every point); linear and VLA chunked while their heads would leave most of the
+ * device idle in the sequential form (one work-group a head: 4 heads on 132 units won; 128 tied
+ * or lost, 256 lost), taken here as B H at most half the compute units, and for VLA only where the
+ * whole call is chunk-parallel. */
+int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsigned compute_units) {
+    if (a->T < 16 || env_on("VLA_OPENCL_NO_CHUNKPAR")) return 0;
+    if (2 * (long long)a->B * a->H > (long long)compute_units) return 0;
+    return d->mechanism == VLA_MECH_LINEAR || (d->mechanism == VLA_MECH_VLA && vla_apart_parallel(d, a));
 }
 
 vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c) {

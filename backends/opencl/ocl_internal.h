@@ -169,6 +169,8 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
 vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const ocl_cp_call *c);
 /* 1 when AUTO on a device that is not a GPU should take chunked (ocl_resolve). */
 int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a);
+/* The same for a GPU with that many compute units. */
+int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsigned compute_units);
 
 /* The backward op (ocl_grad.c). */
 vla_status ocl_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g);

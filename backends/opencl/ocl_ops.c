@@ -153,17 +153,17 @@ static vla_status zero_buf(vla_backend *b, cl_mem m, size_t bytes) {
 
 /* ---- algorithm choice ---- */
 
-/* AUTO. GPUs: sequential for every mechanism but softmax, as measured on an NVIDIA H200 against
- * the per-head chunked kernels (benchmarks/results/2026-11-30-opencl-h200/); the chunk-parallel
- * form (ocl_chunkpar.c) has not been timed on a GPU yet. Other devices (PoCL on 2 CPU cores,
- * B=1 H=4 d=32, ocl_cp_auto_chunked): chunked wherever the chunk-parallel form runs all of it
- * (1.4-3.9x faster than sequential from T = 16 to 4096), sequential for decode-sized pieces and
- * for VLA whose A part stays per head (R > 0, u or A_in given). Softmax has its one algorithm. */
+/* AUTO. Softmax has its one algorithm. GPUs: chunked where the chunk-parallel form was timed faster
+ * (ocl_cp_auto_chunked_gpu: linear and VLA with few heads), else sequential. Other devices (PoCL on 2
+ * CPU cores, B=1 H=4 d=32, ocl_cp_auto_chunked): chunked wherever the chunk-parallel form runs all
+ * of it (1.4-3.9x faster than sequential from T = 16 to 4096), sequential for decode-sized pieces
+ * and for VLA whose A part stays per head (R > 0, u or A_in given). */
 vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out) {
     const ocl_ctx *ctx = b->context;
     if (d->algorithm != VLA_ALGO_AUTO) *out = d->algorithm; /* every algorithm VLA-MATH defines is implemented */
     else if (d->mechanism == VLA_MECH_SOFTMAX) *out = VLA_ALGO_FUSED;
-    else if (!ctx->is_gpu && ocl_cp_auto_chunked(d, a)) *out = VLA_ALGO_CHUNKED;
+    else if (ctx->is_gpu ? ocl_cp_auto_chunked_gpu(d, a, ctx->compute_units) : ocl_cp_auto_chunked(d, a))
+        *out = VLA_ALGO_CHUNKED;
     else *out = VLA_ALGO_SEQUENTIAL;
     return VLA_OK;
 }

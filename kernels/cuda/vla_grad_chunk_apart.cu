@@ -17,11 +17,11 @@
  *
  * Two forms of the same arithmetic (both in double; the same eps floors, gates, refresh points,
  * checkpoints and undo):
- *   block form (gc_afwd_kernel, gc_abwd_kernel): VLACU_NT threads a head, for dk > 64, for A and dA in
- *     global memory (smem_a == 0), and under VLA_CUDA_APART=block (a development switch, so that two
- *     runs of one build can time both forms);
- *   warp form (gc_afwd_warp_kernel, gc_abwd_warp_kernel, the default otherwise): one warp a head,
- *     lane l owns rows (and columns) l and l + 32 of A and dA; see its comment below.
+ *   block form (gc_afwd_kernel, gc_abwd_kernel): VLACU_NT threads a head, for dk > 32 and for A and
+ *     dA in global memory (smem_a == 0);
+ *   warp form (gc_afwd_warp_kernel, gc_abwd_warp_kernel): one warp a head, for dk <= 32 (dk <= 64
+ *     under VLA_CUDA_APART=warp), lane l owns rows (and columns) l and l + 32 of A and dA; see its
+ *     comment below. apart_form (below) says why the line is at dk = 32.
  * Per token, at dk = 64 (dk = 32 in brackets), counting the double operations (FMA or add, one per
  * shuffle level) that each wait for the one before, and the barriers:
  *                 forward                          backward
@@ -565,18 +565,23 @@ size_t grad_chunk_apart_static_smem() {
     return s;
 }
 
-/* Which form runs the A part: the warp form (0: one row of A per lane, 1: two) when dk <= WD and
- * the planner put A and dA in shared memory (smem_a; the warp kernels' static vectors, at most 8 WD
- * doubles, are below the block kernels' static arrays that the planner counted), else the block form
- * (-1). VLA_CUDA_APART=block forces the block form, read once per process: a development switch,
- * so that two runs of one build can time both forms. */
+/* Which form runs the A part: the warp form (0: one row of A per lane, 1: two) or the block form
+ * (-1). Timed on an H100 (benchmarks/results/2026-12-06-h100-backward, fwd + bwd): at dk = 32 the
+ * warp form takes VLA from 20.0 to 12.5 ms ((1,4,32), T = 2048); at dk = 64 it is 4% slower than the
+ * block form ((8,16,64), T = 2048 and 8192), as the header's issue count says (one sub-partition's
+ * double units against four). So by default: the warp form for dk <= 32 when the planner put A and
+ * dA in shared memory (smem_a; the warp kernels' static vectors, at most 8 WD doubles, are below
+ * the block kernels' static arrays that the planner counted), else the block form.
+ * VLA_CUDA_APART=block or =warp (warp: for every dk <= WD with smem_a) overrides that, read once per
+ * process: a development switch, so that two runs of one build can time both forms. */
 static int apart_form(const gchunk_params &p) {
-    static const bool block = [] {
+    static const int force = [] { /* 0: none, -1: block, 1: warp */
         const char *s = getenv("VLA_CUDA_APART");
-        return s && strcmp(s, "block") == 0;
+        return !s ? 0 : strcmp(s, "block") == 0 ? -1 : strcmp(s, "warp") == 0 ? 1 : 0;
     }();
-    if (block || p.smem_a == 0 || p.a.dk > WD) return -1;
-    return p.a.dk > 32 ? 1 : 0;
+    if (force < 0 || p.smem_a == 0 || p.a.dk > WD) return -1;
+    if (p.a.dk > 32) return force > 0 ? 1 : -1;
+    return 0;
 }
 
 cudaError_t launch_grad_chunk_afwd(const gchunk_params &p, cudaStream_t st) {

@@ -217,7 +217,10 @@ void rb_stage(__local float *dst, int ds, __global const float *src, int b, int 
     }
 }
 
-/* NJ: 1 or 2, a constant at each call below, so acc is NJ * 16 registers. */
+/* NJ: 1 or 2, a constant at each call below, so acc is NJ * 16 registers. lmem must be 16-byte
+ * aligned (the float4 accesses below): the kernels take it as __local float4 *, since OpenCL only
+ * promises a __local float * argument 4-byte alignment (OpenCL C 6.1.5); every region and row
+ * stride below is a multiple of 4 floats, so each float4 access stays aligned. */
 void softmax_rb(__global const float *q, __global const float *k, __global const float *v, __global float *o,
                 int T, int H, int dk, int dv, float scale, int ntiles, __local float *lmem, const int NJ) {
     const int wg = get_local_size(0), QB = wg / 4, lid = get_local_id(0);
@@ -335,12 +338,12 @@ void softmax_rb(__global const float *q, __global const float *k, __global const
 
 __kernel void softmax_rb64(__global const float *q, __global const float *k, __global const float *v,
                            __global float *o, int T, int H, int dk, int dv, float scale, int ntiles,
-                           __local float *lmem) {
-    softmax_rb(q, k, v, o, T, H, dk, dv, scale, ntiles, lmem, 1);
+                           __local float4 *lmem) {
+    softmax_rb(q, k, v, o, T, H, dk, dv, scale, ntiles, (__local float *)lmem, 1);
 }
 
 __kernel void softmax_rb128(__global const float *q, __global const float *k, __global const float *v,
                             __global float *o, int T, int H, int dk, int dv, float scale, int ntiles,
-                            __local float *lmem) {
-    softmax_rb(q, k, v, o, T, H, dk, dv, scale, ntiles, lmem, 2);
+                            __local float4 *lmem) {
+    softmax_rb(q, k, v, o, T, H, dk, dv, scale, ntiles, (__local float *)lmem, 2);
 }
