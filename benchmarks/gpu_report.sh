@@ -22,7 +22,8 @@
 #                 FLA's chunked IPLR and DeltaNet, fp32 and bf16) at the same shapes
 #   train         (--train, or --only train) the training step, ms per step: vla-train on cuda
 #                 and opencl per mechanism at MQAR n = 24, T = 73, batch 64
-#                 (benchmarks/train_speed.sh), then the paper's own step
+#                 (benchmarks/train_speed.sh), VLA's attention phases per call over a few steps
+#                 (VLA_CUDA_KERNEL_TIMES=1: train-vla-phases.txt), then the paper's own step
 #                 (.peers/paper_train_speed.py) at the same setting, and paper ms / ours ms
 #   opencl_speed  (--opencl-speed, or --only opencl_speed) the OpenCL issue's speed table on
 #                 NVIDIA's OpenCL beside CUDA (benchmarks/opencl_speed.sh), in opencl-speed/
@@ -438,6 +439,11 @@ st_train() {
     --budget $((l > 20 ? l - 10 : (l > 1 ? l - 1 : 1))) --out "$R/train"
   rc=$?
   RESULT="vla-train exit $rc, $(grep -c ',ok$' "$R/train/train_speed.csv" 2> /dev/null) runs ok; "
+  # Where VLA's attention time goes in a step: the chunked backward's phases per call, by events
+  # (VLA_CUDA_KERNEL_TIMES=1; the forward's kernels too), over a few steps (train-vla-phases.txt).
+  x "$(sublim 30)" "$R/train-vla-phases.txt" + env VLA_CUDA_KERNEL_TIMES=1 "$B/tools/vla-train" --backend cuda \
+    --mechanism vla --task mqar --pairs 24 --batch 64 --seed 42 --steps 6 --log-every 3 --eval-batches 1 \
+    --eval-batch 1 --ckpt-every 0 --out "$W/vla-phases"
   for dir in "$ROOT/.peers" "$ROOT/../shared/peers" "$ROOT/shared/peers"; do
     [ -f "$dir/paper_train_speed.py" ] && src=$dir/paper_train_speed.py && break
   done

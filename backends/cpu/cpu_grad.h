@@ -45,6 +45,7 @@ typedef struct cpu_grad_params {
     int normalize;      /* vla: normalised output */
     double scale;       /* softmax logit scale */
     int inner_threads;  /* threads a kernel may use inside one head */
+    int apart_segment;  /* vla chunked: the A part in matrix form (VLA_CPU_APART=segment, cpu_grad_vla.c) */
 } cpu_grad_params;
 
 /* Every kernel computes one head with the work memory its *_work function asks for (doubles),

@@ -270,8 +270,10 @@ vla_status cpu_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_a
     const int nt = cpu_max_threads(b);
     const int outer = heads < nt ? heads : nt; /* threads over heads */
     const int inner = outer == 1 ? nt : 1;     /* threads inside one head when heads are few */
+    const char *apart = getenv("VLA_CPU_APART"); /* read here, before the threads */
     const cpu_grad_params p = {.chunk = d->chunk, .eps = d->eps, .refresh = d->refresh, .rho = d->refresh_size,
-                               .normalize = d->normalize_output, .scale = d->scale, .inner_threads = inner};
+                               .normalize = d->normalize_output, .scale = d->scale, .inner_threads = inner,
+                               .apart_segment = apart && strcmp(apart, "segment") == 0};
     const size_t gate_width = d->mechanism == VLA_MECH_DELTA_PAPER ? (size_t)a->dv : 1;
     const grad_layout L = grad_layout_of(a, gate_width, k->work(a->T, a->dk, a->dv, &p));
 

@@ -49,6 +49,8 @@ static int is_refresh(const cpu_grad_head *h, const cpu_grad_params *p, int t) {
     return p->refresh > 0 && (h->t0 + t + 1) % p->refresh == 0;
 }
 
+#define SEG_MAX 8 /* a_backward_chunk's segments (refresh points + 1) a chunk; more: token by token */
+
 static size_t checkpoint_size(int dk, int dv) { return (size_t)dk * dv + (size_t)dk * dk + dk; }
 static int n_chunks(int T, int C) { return (T + C - 1) / C; }
 
@@ -81,7 +83,8 @@ size_t cpu_grad_vla_sequential_work(int T, int dk, int dv, const cpu_grad_params
 size_t cpu_grad_vla_chunked_work(int T, int dk, int dv, const cpu_grad_params *p) {
     const size_t C = (size_t)p->chunk;
     return common_work(T, dk, dv, p) + 2 * cpu_grad_pad(C * dv) + cpu_grad_pad(C * dk) +
-           cpu_grad_chunk_work(p->chunk, dk, dv); /* num, dnum, da, the chunk's work */
+           cpu_grad_chunk_work(p->chunk, dk, dv) + /* num, dnum, da, the chunk's work */
+           cpu_grad_pad(4 * C * (size_t)dk + 3 * (size_t)dk * dk) + cpu_grad_pad(SEG_MAX * (size_t)dk * dk); /* a_backward_chunk's */
 }
 
 /* The A part and n over tokens [ts, te) from (A, n), which are advanced: z_t, den_t, a_t, ||y_t||
@@ -185,6 +188,157 @@ static void a_backward(const cpu_grad_head *h, const cpu_grad_params *p, int t, 
     cpu_grad_ger(dA, 1.0, dz, u, dk, dk);
     cpu_grad_vecmat(dz, A, dk, dk, tmp); /* A_{t-1}^T dz */
     for (int j = 0; j < dk; j++) du[j] += tmp[j];
+}
+
+/* ---- The A part of a chunk backwards in matrix form ----
+ * Within a segment of n tokens [s0, s1) with no refresh before its last token and every gate open
+ * (c_t > eps, so den_t = c_t), Sherman-Morrison is exact: with P = As^{-1} (As = A at the segment
+ * start, symmetric) and U the segment's rows u_r,
+ *   A'_t = (P + sum_{r<=t} u_r u_r^T)^{-1} = As - sum_{r<=t} z_r z_r^T / den_r.
+ * y'_t = A'_t k^_t (y_t = y'_t + rho k^_t at a refresh on the last token) makes dP_t = -w_t y'_t^T
+ * with w_t = A'_t dy_t, and the adjoint G of A_{s1-1} adds -N, N = A' G A' (A' = A'_{s1-1}), to the
+ * last P. Since P_t = P + sum_{r<=t} u_r u_r^T and P = As^{-1}:
+ *   dk^_t += w_t (+ rho dy_t at the refresh),
+ *   du_r  += -sum_{t>=r} [w_t (y'_t . u_r) + y'_t (w_t . u_r)] - (N + N^T) u_r,
+ *   dAs    = sum_t (P w_t) (P y'_t)^T + M G M^T,  M = P A' = I - U^T U A',
+ * where P A'_t = I - U_{<=t}^T U_{<=t} A'_t, so P w_t = dy_t - sum_{r<=t} u_r (u_r . w_t), and no
+ * inverse is formed. Every step is a product of n x n x dk or n x dk x dk: parallel over tokens,
+ * where the token-by-token adjoint (a_backward) is a chain of n steps; only dA passes from segment
+ * to segment. dAs agrees with a_backward's in its symmetric part, which is all that later steps
+ * and the symmetrised dA_0 use. This is the form the GPU backends can run per segment. */
+
+/* dy_t from da_t through a_t = y_t / max(||y_t||, eps), in place (as a_backward). */
+static void dy_of_da(const chunk_store *cs, int i, int dk, double eps, double *da) {
+    const double *a = cs->Al + (size_t)i * dk, yn = cs->yn[i];
+    if (yn > eps) {
+        const double proj = cpu_grad_dot(a, da, dk);
+        for (int j = 0; j < dk; j++) da[j] = (da[j] - a[j] * proj) / yn;
+    } else {
+        for (int j = 0; j < dk; j++) da[j] /= eps;
+    }
+}
+
+/* out_t = As x_t - sum_{r<=t} z_r (z_r . x_t) / den_r for the n rows x_t of X (A'_t x_t). */
+static void apply_at(const double *As, const double *Z, const double *den, const double *X, int n, int dk,
+                     double *out) {
+    for (int t = 0; t < n; t++) {
+        const double *x = X + (size_t)t * dk;
+        double *o = out + (size_t)t * dk;
+        cpu_grad_matvec(As, x, dk, dk, o);
+        for (int r = 0; r <= t; r++) {
+            const double *z = Z + (size_t)r * dk;
+            const double c = -cpu_grad_dot(z, x, dk) / den[r];
+            for (int j = 0; j < dk; j++) o[j] += c * z[j];
+        }
+    }
+}
+
+/* One segment [s0, s1) of the chunk starting at ts; As its start A; dA: the adjoint of A_{s1-1}
+ * in, of As out; dy: the segment's rows of da, already through the normalisation. w: 4 n dk + 3 dk^2. */
+static void a_backward_segment(const cpu_grad_head *h, const cpu_grad_params *p, int ts, int s0, int s1,
+                               const chunk_store *cs, const double *As, double *dA, const double *dy, double *w) {
+    const int dk = h->dk, n = s1 - s0, i0 = s0 - ts;
+    const size_t nk = (size_t)n * dk, kk = (size_t)dk * dk;
+    const double *Z = cs->Z + (size_t)i0 * dk, *den = cs->den + i0;
+    const double *U = h->u + (size_t)s0 * dk, *K = h->kh + (size_t)s0 * dk;
+    double *W = w, *Yp = W + nk, *Wt = Yp + nk, *Yt = Wt + nk, *Ae = Yt + nk, *N = Ae + kk, *M = N + kk;
+    apply_at(As, Z, den, dy, n, dk, W);
+    apply_at(As, Z, den, K, n, dk, Yp);
+    for (int t = 0; t < n; t++) {
+        double *dkh = h->dkh + (size_t)(s0 + t) * dk;
+        const double *wt = W + (size_t)t * dk, *dyt = dy + (size_t)t * dk;
+        const double rho = t == n - 1 && is_refresh(h, p, s0 + t) ? p->rho : 0.0;
+        for (int j = 0; j < dk; j++) dkh[j] += wt[j] + rho * dyt[j];
+    }
+    /* Ae = A' of the last token; N = Ae G Ae (into M as scratch first). */
+    memcpy(Ae, As, sizeof(double) * kk);
+    for (int r = 0; r < n; r++) cpu_grad_ger(Ae, -1.0 / den[r], Z + (size_t)r * dk, Z + (size_t)r * dk, dk, dk);
+    for (int i = 0; i < dk; i++) cpu_grad_vecmat(Ae + (size_t)i * dk, dA, dk, dk, M + (size_t)i * dk); /* Ae G */
+    for (int i = 0; i < dk; i++) cpu_grad_vecmat(M + (size_t)i * dk, Ae, dk, dk, N + (size_t)i * dk); /* (Ae G) Ae */
+    /* du_r */
+    for (int r = 0; r < n; r++) {
+        const double *u = U + (size_t)r * dk;
+        double *du = h->du + (size_t)(s0 + r) * dk;
+        for (int t = r; t < n; t++) {
+            const double *wt = W + (size_t)t * dk, *yt = Yp + (size_t)t * dk;
+            const double cy = cpu_grad_dot(yt, u, dk), cw = cpu_grad_dot(wt, u, dk);
+            for (int j = 0; j < dk; j++) du[j] -= wt[j] * cy + yt[j] * cw;
+        }
+        for (int i = 0; i < dk; i++) {
+            double acc = 0.0;
+            for (int j = 0; j < dk; j++) acc += (N[(size_t)i * dk + j] + N[(size_t)j * dk + i]) * u[j];
+            du[i] -= acc;
+        }
+    }
+    /* P w_t and P y'_t */
+    for (int t = 0; t < n; t++) {
+        double *wt = Wt + (size_t)t * dk, *yt = Yt + (size_t)t * dk;
+        memcpy(wt, dy + (size_t)t * dk, sizeof(double) * dk);
+        memcpy(yt, K + (size_t)t * dk, sizeof(double) * dk);
+        for (int r = 0; r <= t; r++) {
+            const double *u = U + (size_t)r * dk;
+            const double cw = cpu_grad_dot(u, W + (size_t)t * dk, dk), cy = cpu_grad_dot(u, Yp + (size_t)t * dk, dk);
+            for (int j = 0; j < dk; j++) wt[j] -= cw * u[j], yt[j] -= cy * u[j];
+        }
+    }
+    /* M = I - U^T U Ae = I - sum_r u_r (Ae u_r)^T (Ae symmetric); N <- M G; dA <- N M^T + Wt^T Yt */
+    memset(M, 0, sizeof(double) * kk);
+    for (int i = 0; i < dk; i++) M[(size_t)i * dk + i] = 1.0;
+    double *Au = N; /* N is free once du has it */
+    for (int r = 0; r < n; r++) {
+        cpu_grad_matvec(Ae, U + (size_t)r * dk, dk, dk, Au);
+        cpu_grad_ger(M, -1.0, U + (size_t)r * dk, Au, dk, dk);
+    }
+    for (int i = 0; i < dk; i++) cpu_grad_vecmat(M + (size_t)i * dk, dA, dk, dk, Ae + (size_t)i * dk); /* M G */
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dk; j++) dA[(size_t)i * dk + j] = cpu_grad_dot(Ae + (size_t)i * dk, M + (size_t)j * dk, dk);
+    for (int t = 0; t < n; t++) cpu_grad_ger(dA, 1.0, Wt + (size_t)t * dk, Yt + (size_t)t * dk, dk, dk);
+}
+
+/* The A part of the chunk [ts, te) backwards, da in dAl (clobbered). Under VLA_CPU_APART=segment:
+ * in matrix form segment by segment (segments end at refresh points and at te) when every gate is
+ * open, A at the chunk start (Ac) is symmetric and there are at most SEG_MAX segments. Otherwise,
+ * and by default, token by token through a_backward: on the CPU the matrix form does about 1.7x
+ * the arithmetic (fwd+bwd at (1,4,32) T = 1024: 61 against 42 ms on 2 cores), so it is there as the
+ * reference of the GPU form, checked by the ctest vla_check_grad_cpu_segment. (Token by token:
+ * A: A_{te-1} on entry.) dA: the adjoint of A_{te-1} in, of A_{ts-1} out. */
+static void a_backward_chunk(const cpu_grad_head *h, const cpu_grad_params *p, int ts, int te, const chunk_store *cs,
+                             const double *Ac, double *A, double *dA, double *dAl, double *sc, double *w) {
+    const int dk = h->dk, n = te - ts;
+    const size_t kk = (size_t)dk * dk;
+    int ok = p->apart_segment, nseg = 0, ends[SEG_MAX];
+    for (int i = 0; i < n && ok; i++) ok = cs->gate[i] != 0.0;
+    /* Symmetric up to the rounding of the rank-one updates (z_i z_j / den and z_j z_i / den round
+     * apart); an A_in that is not symmetric takes the token walk, which differentiates it exactly. */
+    double amax = 0.0;
+    for (size_t e = 0; e < kk; e++) amax = fmax(amax, fabs(Ac[e]));
+    for (int i = 0; i < dk && ok; i++)
+        for (int j = 0; j < i && ok; j++) ok = fabs(Ac[(size_t)i * dk + j] - Ac[(size_t)j * dk + i]) <= 1e-12 * amax;
+    for (int t = ts; t < te && ok; t++)
+        if (is_refresh(h, p, t) || t == te - 1) {
+            if (nseg == SEG_MAX) ok = 0;
+            else ends[nseg++] = t + 1;
+        }
+    if (!ok) {
+        for (int t = te - 1; t >= ts; t--) a_backward(h, p, t, t - ts, cs, A, dA, dAl + (size_t)(t - ts) * dk, sc);
+        return;
+    }
+    double *Ast = w + cpu_grad_pad(4 * (size_t)n * dk + 3 * kk); /* SEG_MAX segment starts */
+    memcpy(Ast, Ac, sizeof(double) * kk);
+    for (int g = 1; g < nseg; g++) { /* A at each later segment's start: the earlier ones' updates */
+        double *Ag = Ast + (size_t)g * kk;
+        memcpy(Ag, Ag - kk, sizeof(double) * kk);
+        for (int t = g == 1 ? ts : ends[g - 2]; t < ends[g - 1]; t++) {
+            const double *z = cs->Z + (size_t)(t - ts) * dk;
+            cpu_grad_ger(Ag, -1.0 / cs->den[t - ts], z, z, dk, dk);
+        }
+        for (int j = 0; j < dk; j++) Ag[(size_t)j * dk + j] += p->rho; /* ends[g - 1] - 1 is a refresh */
+    }
+    for (int i = 0; i < n; i++) dy_of_da(cs, i, dk, p->eps, dAl + (size_t)i * dk);
+    for (int g = nseg - 1; g >= 0; g--) {
+        const int s0 = g ? ends[g - 1] : ts, s1 = ends[g];
+        a_backward_segment(h, p, ts, s0, s1, cs, Ast + (size_t)g * kk, dA, dAl + (size_t)(s0 - ts) * dk, w);
+    }
 }
 
 /* The two forms differ only in the S part of a chunk's backward walk. */
@@ -297,7 +451,7 @@ void cpu_grad_vla_chunked(const cpu_grad_head *h, const cpu_grad_params *p, doub
     const size_t ck = checkpoint_size(dk, dv);
     const vla_state s = carve_state(h, p, work);
     double *num = s.extra, *dnum = num + cpu_grad_pad((size_t)C * dv), *dAl = dnum + cpu_grad_pad((size_t)C * dv);
-    double *cw = dAl + cpu_grad_pad((size_t)C * dk);
+    double *cw = dAl + cpu_grad_pad((size_t)C * dk), *aw = cw + cpu_grad_chunk_work(C, dk, dv);
     forward_pass(h, p, &s, cw);
 
     for (int c = nc - 1; c >= 0; c--) {
@@ -321,7 +475,7 @@ void cpu_grad_vla_chunked(const cpu_grad_head *h, const cpu_grad_params *p, doub
         memset(dAl, 0, sizeof(double) * (size_t)n * dk);
         cpu_grad_chunk_vjp(&ch, ST0, dO, s.dST, h->dq + (size_t)ts * dk, h->dkh + (size_t)ts * dk, dAl,
                            h->dval + (size_t)ts * dv, NULL, cw);
-        for (int t = te - 1; t >= ts; t--) a_backward(h, p, t, t - ts, &s.cs, s.A, s.dA, dAl + (size_t)(t - ts) * dk, s.sc);
+        a_backward_chunk(h, p, ts, te, &s.cs, ST0 + (size_t)dk * dv, s.A, s.dA, dAl, s.sc, aw);
     }
     finish(h, &s);
 }

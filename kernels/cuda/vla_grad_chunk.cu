@@ -23,6 +23,7 @@
  * whole state (<X0, dX_end>, for dg) in double. Shared memory per chunk block: gc_smem_of below. */
 #include "vla_grad.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -668,6 +669,44 @@ __global__ void __launch_bounds__(VLACU_NT) gc_dn_kernel(const gchunk_params P) 
 /* [SB][device]: each instance has its own shared memory attribute */
 std::atomic<size_t> fac_smem_set[2][64], vjp_smem_set[2][64], fwalk_smem_set[2][64], bwalk_smem_set[2][64];
 
+/* VLA_CUDA_KERNEL_TIMES=1 (development, read once a process; as the forward's in vla_chunkpar.cu):
+ * each phase of a chunked backward call timed with events on the stream and printed to stderr
+ * after the call, which then synchronises. Phases that do not run (no A part, no normaliser) print
+ * as 0. */
+struct gc_phase_timer {
+    enum { NPH = 8 };
+    bool on = false;
+    cudaEvent_t ev[NPH + 1];
+    void start(cudaStream_t st) {
+        static const bool env_on = [] {
+            const char *e = getenv("VLA_CUDA_KERNEL_TIMES");
+            return e && e[0] == '1';
+        }();
+        on = env_on;
+        if (!on) return;
+        for (int i = 0; i <= NPH; i++) cudaEventCreate(&ev[i]);
+        cudaEventRecord(ev[0], st);
+    }
+    void mark(int phase, cudaStream_t st) { /* the end of phase `phase` (0-based) */
+        if (on) cudaEventRecord(ev[phase + 1], st);
+    }
+    void finish(const vlacu_args &a) {
+        if (!on) return;
+        static const char *const name[NPH] = {"afwd", "nprefix", "factors", "fwalk", "bwalk", "vjp", "abwd", "dn"};
+        cudaEventSynchronize(ev[NPH]);
+        float total = 0.0f;
+        fprintf(stderr, "grad chunk B=%d T=%d H=%d dk=%d dv=%d, ms:", a.B, a.T, a.H, a.dk, a.dv);
+        for (int i = 0; i < NPH; i++) {
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
+            total += ms;
+            fprintf(stderr, " %s %.4f", name[i], ms);
+        }
+        fprintf(stderr, ", total %.4f\n", total);
+        for (int i = 0; i <= NPH; i++) cudaEventDestroy(ev[i]);
+    }
+};
+
 template <bool SB> cudaError_t launch_gc(const gchunk_params &p, cudaStream_t st) {
     cudaError_t e;
     if ((e = raise_smem_limit((const void *)gc_factors_kernel<SB>, fac_smem_set[SB], p.smem_fac)) != cudaSuccess)
@@ -684,14 +723,25 @@ template <bool SB> cudaError_t launch_gc(const gchunk_params &p, cudaStream_t st
     const unsigned walks = BH * (unsigned)((a.dv + p.tile - 1) / p.tile);
     const unsigned cols = (unsigned)(((size_t)BH * a.dk + VLACU_NT - 1) / VLACU_NT);
     const bool vla = a.mech == VLACU_VLA;
+    gc_phase_timer tm;
+    tm.start(st);
     if (vla && (e = launch_grad_chunk_afwd(p, st)) != cudaSuccess) return e;
+    tm.mark(0, st);
     if (p.N) VLACU_LAUNCH(gc_nprefix_kernel, cols, VLACU_NT, 0, st, p);
+    tm.mark(1, st);
     VLACU_LAUNCH(gc_factors_kernel<SB>, chunks, VLACU_NT, p.smem_fac, st, p);
+    tm.mark(2, st);
     VLACU_LAUNCH(gc_fwd_walk_kernel<SB>, walks, VLACU_NT, p.smem_walk, st, p);
+    tm.mark(3, st);
     VLACU_LAUNCH(gc_bwd_walk_kernel<SB>, walks, VLACU_NT, p.smem_walk, st, p);
+    tm.mark(4, st);
     VLACU_LAUNCH(gc_vjp_kernel<SB>, chunks, VLACU_NT, p.smem_vjp, st, p);
+    tm.mark(5, st);
     if (vla && (e = launch_grad_chunk_abwd(p, st)) != cudaSuccess) return e;
+    tm.mark(6, st);
     if (p.N) VLACU_LAUNCH(gc_dn_kernel, cols, VLACU_NT, 0, st, p);
+    tm.mark(7, st);
+    tm.finish(a);
     return cudaGetLastError();
 }
 
