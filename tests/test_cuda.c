@@ -995,6 +995,9 @@ static const bw_case bw_cases[] = {
     {.name = "bwd delta T45 C16 beta g0 states up sequential", .mech = DE, .B = 1, .T = 45, .H = 2, .dk = 12,
      .dv = 8, .chunk = 16, .with_beta = 1, .with_g = 1, .g_zeros = 1, .states = 1, .up = 1,
      .algo = VLA_ALGO_SEQUENTIAL},
+    /* softmax widths that pad to 64 x 32 and 32 x 64 (the mma kernels' DK, DV), two tiles and a part */
+    {.name = "bwd softmax T100 H2 dk40 dv20", .mech = SM, .B = 1, .T = 100, .H = 2, .dk = 40, .dv = 20},
+    {.name = "bwd softmax B2 T70 dk24 dv33", .mech = SM, .B = 2, .T = 70, .H = 1, .dk = 24, .dv = 33},
 };
 #define N_BW ((int)(sizeof bw_cases / sizeof bw_cases[0]))
 
@@ -1216,7 +1219,8 @@ START_TEST(test_backward) {
 END_TEST
 
 /* Each requested output alone gives the same values as all of them together (bit for bit), no
- * output at all is a valid request, and a NaN in a later value keeps softmax's earlier rows finite. */
+ * output at all is a valid request, and a NaN in a later value keeps softmax's earlier rows finite
+ * (in a later key: their dq; in an earlier query or dO row: the later keys' dk and dv). */
 START_TEST(test_backward_outputs) {
     static const bw_case cs[] = {
         {.name = "vla elu1 normalised R4 u states up", .mech = VL, .B = 2, .T = 19, .H = 2, .dk = 5, .dv = 3,
@@ -1244,6 +1248,7 @@ START_TEST(test_backward_outputs) {
     bw_free_out(full);
     if (c->mech == SM) { /* a NaN in v at token J of head 1: dq of the rows before it stays finite */
         enum { J = 11 };
+        const float v_keep = p.x[BX_V][((size_t)J * p.H + 1) * p.dv];
         p.x[BX_V][((size_t)J * p.H + 1) * p.dv] = NAN;
         ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, bw_all(&p), full, uf), VLA_OK);
         size_t bad = 0;
@@ -1254,6 +1259,29 @@ START_TEST(test_backward_outputs) {
             ck_assert_msg(tu_all_finite(full[BX_Q] + ((size_t)t * p.H + 1) * p.dk, (size_t)p.dk),
                           "softmax: dq of row %d before the NaN at %d is not finite", t, J);
         bw_free_out(full);
+        p.x[BX_V][((size_t)J * p.H + 1) * p.dv] = v_keep;
+        /* a NaN in k at J (its masked pairs multiply K in dq's product): dq of the rows before J stays
+         * finite; a NaN in q or dO at row J (theirs multiply Q and dO in dk's and dv's): dk and dv of
+         * the keys after J stay finite */
+        float *const at[3] = {&p.x[BX_K][((size_t)J * p.H + 1) * p.dk + 1],
+                              &p.x[BX_Q][((size_t)J * p.H + 1) * p.dk + 2], &p.up[BU_DO][((size_t)J * p.H + 1) * p.dv]};
+        for (int w = 0; w < 3; w++) {
+            const float keep = *at[w];
+            *at[w] = NAN;
+            ck_assert_int_eq(bw_run(g_cu, &p, VLA_ALGO_AUTO, bw_all(&p), full, uf), VLA_OK);
+            for (int t = 0; t < p.T; t++) {
+                const size_t rq = ((size_t)t * p.H + 1) * p.dk, rv = ((size_t)t * p.H + 1) * p.dv;
+                if (w == 0 && t < J)
+                    ck_assert_msg(tu_all_finite(full[BX_Q] + rq, (size_t)p.dk), "softmax: NaN k at %d: dq %d", J, t);
+                if (w > 0 && t > J)
+                    ck_assert_msg(tu_all_finite(full[BX_K] + rq, (size_t)p.dk) &&
+                                      tu_all_finite(full[BX_V] + rv, (size_t)p.dv),
+                                  "softmax: NaN %s at %d: dk or dv of key %d", w == 1 ? "q" : "dO", J, t);
+            }
+            ck_assert_msg(tu_count_nonfinite(full[BX_Q], p.n[BX_Q]) > 0, "softmax: a NaN input gave a finite dq");
+            bw_free_out(full);
+            *at[w] = keep;
+        }
     }
     bw_free(&p);
 }

@@ -2,7 +2,8 @@
  * block-level helpers they share. vla_grad_launch.cu plans and sequences them:
  *
  *   softmax             vla_grad_softmax.cu: row statistics and dq by query tiles, dk and dv by key
- *                       tiles (flash-attention style; the T x T matrix is never stored).
+ *                       tiles (flash-attention style; the T x T matrix is never stored); tensor-core
+ *                       (3xTF32) block products where dk, dv <= 64.
  *   linear, delta, vla  vla_grad_prep.cu (prepare q~, k~, k^, u into [BH][T][dk] rows), then
  *                       vla_grad_seq.cu (one block per head: the recurrent backward with
  *                       checkpoints) or, with the chunked algorithm, vla_grad_chunk.cu (the S part
@@ -190,11 +191,13 @@ struct gsm_params {
     const float *dO;
     float *dq, *dk, *dv; /* null: not requested */
     float *lse, *D;      /* [BH][T] row statistics (workspace) */
-    int tile;
+    int tile;            /* the FMA kernels' tile (64 .. 4), or GSM_TILE_MMA: the mma kernels */
     size_t smem_rows, smem_keys; /* dynamic shared memory of the two kernels */
 };
+constexpr int GSM_TILE_MMA = 1 << 20;
 size_t grad_softmax_static_smem();
-/* Largest tile (64 .. 4) whose two kernels fit `budget` bytes of dynamic shared memory; 0 if none. */
+/* GSM_TILE_MMA where dk, dv <= 64 and the mma kernels fit `budget` bytes of dynamic shared memory,
+ * else the largest tile (64 .. 4) whose two FMA kernels fit; 0 if none. */
 int grad_softmax_pick_tile(int dk, int dv, size_t budget, size_t *smem_rows, size_t *smem_keys);
 cudaError_t launch_grad_softmax(const gsm_params &p, cudaStream_t st);
 
