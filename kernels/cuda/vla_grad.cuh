@@ -165,6 +165,7 @@ struct gchunk_params {
     double *Zs, *tok;                      /* z_t [BH][T][dk]; (den_t, ||y_t||, gate_t) [BH][T][3] */
     double *ckA;                           /* A at every chunk start and at the end [BH][nck + 1][dk][dk] */
     double *Aws;                           /* A, dA [dk][ld_of(dk)] each, per head, when not in shared memory */
+    double *Sg;                            /* the segment form's slices [BH][seg_doubles] (null: not run) */
     size_t smem_a;                         /* A and dA in dynamic shared memory (0: in Aws) */
 };
 size_t grad_chunk_static_smem();
@@ -174,6 +175,8 @@ cudaError_t launch_grad_chunk(const gchunk_params &p, cudaStream_t st);
 cudaError_t launch_grad_chunk_afwd(const gchunk_params &p, cudaStream_t st); /* vla: a_t, z_t, ckA */
 cudaError_t launch_grad_chunk_abwd(const gchunk_params &p, cudaStream_t st); /* vla: dk^ += A part, du, dA_0 */
 size_t grad_chunk_apart_static_smem();
+bool grad_chunk_apart_segment();                        /* VLA_CUDA_APART=segment */
+size_t grad_chunk_apart_segment_doubles(int C, int dk); /* P.Sg's doubles a head */
 
 /* ---- the prep and its chain rule (vla_grad_prep.cu) ---- */
 struct gprep_params {

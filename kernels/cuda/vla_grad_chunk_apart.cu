@@ -22,6 +22,9 @@
  *   warp form (gc_afwd_warp_kernel, gc_abwd_warp_kernel): one warp a head, for dk <= 32 (dk <= 64
  *     under VLA_CUDA_APART=warp), lane l owns rows (and columns) l and l + 32 of A and dA; see its
  *     comment below. apart_form (below) says why the line is at dk = 32.
+ * Under VLA_CUDA_APART=segment the backward walk runs in segment form instead (gc_abwd_seg_kernel,
+ * below: a block a head, the adjoint of a whole segment of tokens as products), the forward walk
+ * as above.
  * Per token, at dk = 64 (dk = 32 in brackets), counting the double operations (FMA or add, one per
  * shuffle level) that each wait for the one before, and the barriers:
  *                 forward                          backward
@@ -116,8 +119,10 @@ __global__ void __launch_bounds__(VLACU_NT) gc_afwd_kernel(const gchunk_params P
     }
 }
 
-__global__ void __launch_bounds__(VLACU_NT) gc_abwd_kernel(const gchunk_params P) {
-    VLACU_DYNSMEM(smem);
+/* The block form's backward walk over chunk c's tokens, last to first: A holds A at the chunk's
+ * end (loaded here from ckA) and ends as A at its start; dA is the adjoint of A_{te-1} on entry and
+ * of A_{ts-1} on return. Writes dk^ (added) and du of the chunk's tokens. */
+__device__ void abwd_tokens(const gchunk_params &P, int c, double *A, double *dA) {
     __shared__ float w[MAXD], dw[MAXD], kr[MAXD], u[MAXD];
     __shared__ double z[MAXD], dy[MAXD], dz[MAXD], g1[MAXD], g2[MAXD];
     __shared__ double red[2 * VLACU_NT];
@@ -125,88 +130,329 @@ __global__ void __launch_bounds__(VLACU_NT) gc_abwd_kernel(const gchunk_params P
     const vlacu_args &a = P.a;
     const int T = a.T, dk = a.dk, tid = threadIdx.x, nt = blockDim.x, bh = blockIdx.x, lda = ld_of(dk);
     const int C = P.C, nck = P.nck;
-    double *A = a_mats(P, smem, bh), *dA = A + (size_t)dk * lda;
-    const size_t sA = (size_t)bh * dk * dk;
     const double *ckA = P.ckA + (size_t)bh * (nck + 1) * dk * dk;
+    const int ts = c * C, te = imin(ts + C, T);
+    __syncthreads(); /* the caller's last reads of A are done */
     for (int e = tid; e < dk * dk; e += nt) {
+        const int i = e / dk, j = e - i * dk;
+        A[(size_t)i * lda + j] = ckA[(size_t)(c + 1) * dk * dk + e]; /* A at the chunk's end */
+    }
+    for (int t = te - 1; t >= ts; t--) {
+        const size_t pr = ((size_t)bh * T + t) * dk;
+        ldvec(w, P.Aw + pr, dk);
+        ldvec(dw, P.dAw + pr, dk);
+        ldvec(kr, P.Kh + pr, dk);
+        ldvec(u, P.Up + pr, dk);
+        ldvec(z, P.Zs + pr, dk);
+        const double *tk = P.tok + ((size_t)bh * T + t) * 3;
+        const double den = tk[0], yn = tk[1];
+        const bool gate = tk[2] != 0.0;
+        const bool refresh = a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
+        __syncthreads();
+        {
+            double s[1] = {0.0};
+            for (int j = tid; j < dk; j += nt) s[0] += (double)w[j] * dw[j];
+            block_sums<1>(s, sc);
+            const double ada = s[0];
+            for (int j = tid; j < dk; j += nt)
+                dy[j] = yn > a.eps ? ((double)dw[j] - (double)w[j] * ada) / yn : (double)dw[j] / a.eps;
+        }
+        __syncthreads();
+        /* G z and G^T z with G = dA + dy k^^T: dA z, dA^T z, then the rank-one part */
+        mv<false, 1, double>(dA, lda, dk, dk, z, z, g1, g1, red);
+        mv<true, 1, double>(dA, lda, dk, dk, z, z, g2, g2, red);
+        double s[2] = {0.0, 0.0};
+        for (int j = tid; j < dk; j += nt) s[0] += (double)kr[j] * z[j], s[1] += dy[j] * z[j];
+        block_sums<2>(s, sc);
+        const double kz = s[0], dyz = s[1];
+        double s3[1] = {0.0};
+        for (int j = tid; j < dk; j += nt) {
+            g1[j] += dy[j] * kz;          /* G z */
+            g2[j] += (double)kr[j] * dyz; /* G^T z */
+            s3[0] += z[j] * g1[j];
+        }
+        block_sums<1>(s3, sc);
+        const double dc = gate ? s3[0] / (den * den) : 0.0;
+        for (int j = tid; j < dk; j += nt) dz[j] = -(g1[j] + g2[j]) / den + dc * (double)u[j];
+        __syncthreads();
+        /* A_t^T dy and A_t^T dz; A_{t-1}^T dz = A_t^T dz (- rho dz) + z (z . dz) / den */
+        mv<true, 2, double>(A, lda, dk, dk, dy, dz, g1, g2, red);
+        double s4[1] = {0.0};
+        for (int j = tid; j < dk; j += nt) s4[0] += z[j] * dz[j];
+        block_sums<1>(s4, sc);
+        const double zdz = s4[0] / den;
+        for (int j = tid; j < dk; j += nt) {
+            P.dKh[pr + j] = (float)((double)P.dKh[pr + j] + g1[j]); /* the S part's dk^ is there */
+            const double am1dz = g2[j] - (refresh ? a.rho * dz[j] : 0.0) + z[j] * zdz;
+            P.dU[pr + j] = (float)(dc * z[j] + am1dz);
+        }
+        /* A <- A_{t-1};  dA <- G + dz u^T */
+        const double inv = 1.0 / den;
+        for (int e = tid; e < dk * dk; e += nt) {
+            const int i = e / dk, j = e - i * dk;
+            double *ap = A + (size_t)i * lda + j;
+            double x = *ap;
+            if (refresh && i == j) x -= a.rho;
+            *ap = x + z[i] * inv * z[j];
+            double *gp = dA + (size_t)i * lda + j;
+            *gp += dy[i] * (double)kr[j] + dz[i] * (double)u[j];
+        }
+        __syncthreads();
+    }
+}
+
+/* dA from dA_end (0 when absent), and at the end dA_0 = dA's symmetric part (A is symmetric). */
+__device__ void abwd_load_dA(const gchunk_params &P, double *dA) {
+    const int dk = P.a.dk, lda = ld_of(dk);
+    const size_t sA = (size_t)blockIdx.x * dk * dk;
+    for (int e = threadIdx.x; e < dk * dk; e += blockDim.x) {
         const int i = e / dk, j = e - i * dk;
         dA[(size_t)i * lda + j] = P.dA_end ? (double)P.dA_end[sA + e] : 0.0;
     }
-    for (int c = nck - 1; c >= 0; c--) {
-        const int ts = c * C, te = imin(ts + C, T);
-        for (int e = tid; e < dk * dk; e += nt) {
-            const int i = e / dk, j = e - i * dk;
-            A[(size_t)i * lda + j] = ckA[(size_t)(c + 1) * dk * dk + e]; /* A at the chunk's end */
-        }
-        for (int t = te - 1; t >= ts; t--) {
-            const size_t pr = ((size_t)bh * T + t) * dk;
-            ldvec(w, P.Aw + pr, dk);
-            ldvec(dw, P.dAw + pr, dk);
-            ldvec(kr, P.Kh + pr, dk);
-            ldvec(u, P.Up + pr, dk);
-            ldvec(z, P.Zs + pr, dk);
-            const double *tk = P.tok + ((size_t)bh * T + t) * 3;
-            const double den = tk[0], yn = tk[1];
-            const bool gate = tk[2] != 0.0;
-            const bool refresh = a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
-            __syncthreads();
-            {
-                double s[1] = {0.0};
-                for (int j = tid; j < dk; j += nt) s[0] += (double)w[j] * dw[j];
-                block_sums<1>(s, sc);
-                const double ada = s[0];
-                for (int j = tid; j < dk; j += nt)
-                    dy[j] = yn > a.eps ? ((double)dw[j] - (double)w[j] * ada) / yn : (double)dw[j] / a.eps;
-            }
-            __syncthreads();
-            /* G z and G^T z with G = dA + dy k^^T: dA z, dA^T z, then the rank-one part */
-            mv<false, 1, double>(dA, lda, dk, dk, z, z, g1, g1, red);
-            mv<true, 1, double>(dA, lda, dk, dk, z, z, g2, g2, red);
-            double s[2] = {0.0, 0.0};
-            for (int j = tid; j < dk; j += nt) s[0] += (double)kr[j] * z[j], s[1] += dy[j] * z[j];
-            block_sums<2>(s, sc);
-            const double kz = s[0], dyz = s[1];
-            double s3[1] = {0.0};
-            for (int j = tid; j < dk; j += nt) {
-                g1[j] += dy[j] * kz;          /* G z */
-                g2[j] += (double)kr[j] * dyz; /* G^T z */
-                s3[0] += z[j] * g1[j];
-            }
-            block_sums<1>(s3, sc);
-            const double dc = gate ? s3[0] / (den * den) : 0.0;
-            for (int j = tid; j < dk; j += nt) dz[j] = -(g1[j] + g2[j]) / den + dc * (double)u[j];
-            __syncthreads();
-            /* A_t^T dy and A_t^T dz; A_{t-1}^T dz = A_t^T dz (- rho dz) + z (z . dz) / den */
-            mv<true, 2, double>(A, lda, dk, dk, dy, dz, g1, g2, red);
-            double s4[1] = {0.0};
-            for (int j = tid; j < dk; j += nt) s4[0] += z[j] * dz[j];
-            block_sums<1>(s4, sc);
-            const double zdz = s4[0] / den;
-            for (int j = tid; j < dk; j += nt) {
-                P.dKh[pr + j] = (float)((double)P.dKh[pr + j] + g1[j]); /* the S part's dk^ is there */
-                const double am1dz = g2[j] - (refresh ? a.rho * dz[j] : 0.0) + z[j] * zdz;
-                P.dU[pr + j] = (float)(dc * z[j] + am1dz);
-            }
-            /* A <- A_{t-1};  dA <- G + dz u^T */
-            const double inv = 1.0 / den;
-            for (int e = tid; e < dk * dk; e += nt) {
-                const int i = e / dk, j = e - i * dk;
-                double *ap = A + (size_t)i * lda + j;
-                double x = *ap;
-                if (refresh && i == j) x -= a.rho;
-                *ap = x + z[i] * inv * z[j];
-                double *gp = dA + (size_t)i * lda + j;
-                *gp += dy[i] * (double)kr[j] + dz[i] * (double)u[j];
-            }
-            __syncthreads();
-        }
-    }
-    /* dA_0 is dA's symmetric part (A is symmetric) */
+}
+__device__ void abwd_store_dA0(const gchunk_params &P, const double *dA) {
+    const int dk = P.a.dk, lda = ld_of(dk);
+    const size_t sA = (size_t)blockIdx.x * dk * dk;
+    __syncthreads();
     if (P.dA0)
-        for (int e = tid; e < dk * dk; e += nt) {
+        for (int e = threadIdx.x; e < dk * dk; e += blockDim.x) {
             const int i = e / dk, j = e - i * dk;
             P.dA0[sA + e] = (float)(0.5 * (dA[(size_t)i * lda + j] + dA[(size_t)j * lda + i]));
         }
+}
+
+__global__ void __launch_bounds__(VLACU_NT) gc_abwd_kernel(const gchunk_params P) {
+    VLACU_DYNSMEM(smem);
+    double *A = a_mats(P, smem, blockIdx.x), *dA = A + (size_t)P.a.dk * ld_of(P.a.dk);
+    abwd_load_dA(P, dA);
+    for (int c = P.nck - 1; c >= 0; c--) abwd_tokens(P, c, A, dA);
+    abwd_store_dA0(P, dA);
+}
+
+/* ---- the segment form of the backward walk (VLA_CUDA_APART=segment; development, untimed) ----
+ * backends/cpu/cpu_grad_vla.c's a_backward_chunk, one block per head: a segment is a run of tokens
+ * of one chunk with no refresh before its last token; where every gate of the chunk is open and A at
+ * its start is symmetric, Sherman-Morrison is exact within a segment and its adjoint is a handful of
+ * products over the segment's tokens (docs/BACKWARD.md, "What a fast GPU chunked backward needs",
+ * item 3), with only dA passed from segment to segment; other chunks take abwd_tokens. Every product
+ * is one output a thread, in double, the segment's arrays in the head's slice of P.Sg:
+ *   K x K: Ae, N, M, T1;  n x K: DY, W, Yp, Wt, Yt;  n x n: Ca, Cb  (n <= C, K = dk). */
+__host__ __device__ inline size_t seg_doubles(int C, int dk) {
+    return 4 * (size_t)dk * dk + 5 * (size_t)C * dk + 2 * (size_t)C * C;
+}
+
+__device__ inline bool is_refresh_at(const vlacu_args &a, int t) {
+    return a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
+}
+
+/* One segment [s0, s1) of chunk c (tokens from ts): As in A (K x K, ld lda), G = dA (the adjoint of
+ * A_{s1-1} in, of As out). */
+__device__ void abwd_segment(const gchunk_params &P, int ts, int s0, int s1, double *As, double *G, double *sg) {
+    const vlacu_args &a = P.a;
+    const int T = a.T, K = a.dk, tid = threadIdx.x, nt = blockDim.x, bh = blockIdx.x, lda = ld_of(K), n = s1 - s0;
+    const size_t kk = (size_t)K * K, nk = (size_t)n * K;
+    double *Ae = sg, *N = Ae + kk, *M = N + kk, *T1 = M + kk;
+    double *DY = T1 + kk, *W = DY + (size_t)P.C * K, *Yp = W + (size_t)P.C * K, *Wt = Yp + (size_t)P.C * K;
+    double *Yt = Wt + (size_t)P.C * K, *Ca = Yt + (size_t)P.C * K, *Cb = Ca + (size_t)P.C * P.C;
+    const size_t r0 = (size_t)bh * T + s0;
+    const float *U = P.Up + r0 * K, *Kh = P.Kh + r0 * K, *Al = P.Aw + r0 * K, *dAl = P.dAw + r0 * K;
+    const double *Z = P.Zs + r0 * K, *tok = P.tok + r0 * 3;
+    (void)ts;
+    /* DY: dy_t from da_t through the normalisation, a warp a token */
+    for (int t = tid >> 5; t < n; t += nt >> 5) {
+        double p = 0.0;
+        for (int j = tid & 31; j < K; j += 32) p += (double)Al[(size_t)t * K + j] * dAl[(size_t)t * K + j];
+        p = warp_sum(p);
+        const double yn = tok[(size_t)t * 3 + 1];
+        for (int j = tid & 31; j < K; j += 32) {
+            const double da = dAl[(size_t)t * K + j];
+            DY[(size_t)t * K + j] = yn > a.eps ? (da - (double)Al[(size_t)t * K + j] * p) / yn : da / a.eps;
+        }
+    }
+    __syncthreads();
+    /* Ca[t][r] = z_r . dy_t / den_r, Cb[t][r] = z_r . k^_t / den_r (r <= t) */
+    for (int e = tid; e < n * n; e += nt) {
+        const int t = e / n, r = e - t * n;
+        if (r > t) continue;
+        double x = 0.0, y = 0.0;
+        for (int j = 0; j < K; j++) {
+            const double z = Z[(size_t)r * K + j];
+            x += z * DY[(size_t)t * K + j];
+            y += z * (double)Kh[(size_t)t * K + j];
+        }
+        const double den = tok[(size_t)r * 3];
+        Ca[(size_t)t * n + r] = x / den, Cb[(size_t)t * n + r] = y / den;
+    }
+    __syncthreads();
+    /* W = A'_t dy_t, Yp = A'_t k^_t; Ae = A' of the last token */
+    for (int e = tid; e < (int)nk; e += nt) {
+        const int t = e / K, j = e - t * K;
+        double x = 0.0, y = 0.0;
+        for (int l = 0; l < K; l++) {
+            const double m = As[(size_t)j * lda + l]; /* As symmetric: row j */
+            x += m * DY[(size_t)t * K + l];
+            y += m * (double)Kh[(size_t)t * K + l];
+        }
+        for (int r = 0; r <= t; r++) {
+            const double z = Z[(size_t)r * K + j];
+            x -= Ca[(size_t)t * n + r] * z;
+            y -= Cb[(size_t)t * n + r] * z;
+        }
+        W[e] = x, Yp[e] = y;
+    }
+    for (int e = tid; e < (int)kk; e += nt) {
+        const int i = e / K, j = e - i * K;
+        double x = As[(size_t)i * lda + j];
+        for (int r = 0; r < n; r++) x -= Z[(size_t)r * K + i] * Z[(size_t)r * K + j] / tok[(size_t)r * 3];
+        Ae[e] = x;
+    }
+    __syncthreads();
+    /* dk^_t += w_t (+ rho dy_t at a refresh on the last token); T1 = Ae G */
+    for (int e = tid; e < (int)nk; e += nt) {
+        const int t = e / K;
+        const double rho = t == n - 1 && is_refresh_at(a, s0 + t) ? a.rho : 0.0;
+        float *d = P.dKh + r0 * K + e;
+        *d = (float)((double)*d + W[e] + rho * DY[e]);
+    }
+    for (int e = tid; e < (int)kk; e += nt) {
+        const int i = e / K, j = e - i * K;
+        double x = 0.0;
+        for (int l = 0; l < K; l++) x += Ae[(size_t)i * K + l] * G[(size_t)l * lda + j];
+        T1[e] = x;
+    }
+    __syncthreads();
+    /* N = (Ae G) Ae; Ca[r][t] = u_r . w_t, Cb[r][t] = u_r . y'_t (r <= t) */
+    for (int e = tid; e < (int)kk; e += nt) {
+        const int i = e / K, j = e - i * K;
+        double x = 0.0;
+        for (int l = 0; l < K; l++) x += T1[(size_t)i * K + l] * Ae[(size_t)l * K + j];
+        N[e] = x;
+    }
+    for (int e = tid; e < n * n; e += nt) {
+        const int r = e / n, t = e - r * n;
+        if (r > t) continue;
+        double x = 0.0, y = 0.0;
+        for (int j = 0; j < K; j++) {
+            const double u = U[(size_t)r * K + j];
+            x += u * W[(size_t)t * K + j];
+            y += u * Yp[(size_t)t * K + j];
+        }
+        Ca[(size_t)r * n + t] = x, Cb[(size_t)r * n + t] = y;
+    }
+    __syncthreads();
+    /* du_r = -sum_{t>=r} (w_t (u_r . y'_t) + y'_t (u_r . w_t)) - (N + N^T) u_r;
+     * Wt = P w_t = dy_t - sum_{r<=t} u_r (u_r . w_t), Yt = P y'_t likewise; T1 <- Ae u_r rows */
+    for (int e = tid; e < (int)nk; e += nt) {
+        const int r = e / K, j = e - r * K;
+        double x = 0.0;
+        for (int t = r; t < n; t++) x += W[(size_t)t * K + j] * Cb[(size_t)r * n + t] + Yp[(size_t)t * K + j] * Ca[(size_t)r * n + t];
+        for (int l = 0; l < K; l++) x += (N[(size_t)j * K + l] + N[(size_t)l * K + j]) * (double)U[(size_t)r * K + l];
+        P.dU[r0 * K + e] = (float)-x;
+        double wt = DY[e], yt = (double)Kh[e];
+        const int t = r; /* the same (row, column) as Wt's token t */
+        for (int q = 0; q <= t; q++) {
+            const double u = U[(size_t)q * K + j];
+            wt -= u * Ca[(size_t)q * n + t];
+            yt -= u * Cb[(size_t)q * n + t];
+        }
+        Wt[e] = wt, Yt[e] = yt;
+    }
+    __syncthreads();
+    /* M = I - sum_r u_r (Ae u_r)^T: Ae u_r into DY first (DY is no longer read) */
+    for (int e = tid; e < (int)nk; e += nt) {
+        const int r = e / K, j = e - r * K;
+        double x = 0.0;
+        for (int l = 0; l < K; l++) x += Ae[(size_t)j * K + l] * (double)U[(size_t)r * K + l];
+        DY[e] = x;
+    }
+    __syncthreads();
+    for (int e = tid; e < (int)kk; e += nt) {
+        const int i = e / K, j = e - i * K;
+        double x = i == j ? 1.0 : 0.0;
+        for (int r = 0; r < n; r++) x -= (double)U[(size_t)r * K + i] * DY[(size_t)r * K + j];
+        M[e] = x;
+    }
+    __syncthreads();
+    /* T1 = M G; then G <- T1 M^T + sum_t Wt_t Yt_t^T */
+    for (int e = tid; e < (int)kk; e += nt) {
+        const int i = e / K, j = e - i * K;
+        double x = 0.0;
+        for (int l = 0; l < K; l++) x += M[(size_t)i * K + l] * G[(size_t)l * lda + j];
+        T1[e] = x;
+    }
+    __syncthreads();
+    for (int e = tid; e < (int)kk; e += nt) {
+        const int i = e / K, j = e - i * K;
+        double x = 0.0;
+        for (int l = 0; l < K; l++) x += T1[(size_t)i * K + l] * M[(size_t)j * K + l];
+        for (int t = 0; t < n; t++) x += Wt[(size_t)t * K + i] * Yt[(size_t)t * K + j];
+        G[(size_t)i * lda + j] = x;
+    }
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(VLACU_NT) gc_abwd_seg_kernel(const gchunk_params P) {
+    VLACU_DYNSMEM(smem);
+    __shared__ double sc[32];
+    const vlacu_args &a = P.a;
+    const int T = a.T, K = a.dk, tid = threadIdx.x, nt = blockDim.x, bh = blockIdx.x, lda = ld_of(K);
+    const int C = P.C, nck = P.nck;
+    double *A = a_mats(P, smem, bh), *dA = A + (size_t)K * lda;
+    double *sg = P.Sg + (size_t)bh * seg_doubles(C, K);
+    const double *ckA = P.ckA + (size_t)bh * (nck + 1) * K * K;
+    abwd_load_dA(P, dA);
+    for (int c = nck - 1; c >= 0; c--) {
+        const int ts = c * C, te = imin(ts + C, T);
+        const double *Ac = ckA + (size_t)c * K * K;
+        /* the chunk's check: every gate open, A at its start symmetric up to rounding (1e-12 of max |A|) */
+        double v[2] = {0.0, 0.0}; /* closed gates; max |A| */
+        for (int t = ts + tid; t < te; t += nt) v[0] += P.tok[((size_t)bh * T + t) * 3 + 2] == 0.0 ? 1.0 : 0.0;
+        for (int e = tid; e < K * K; e += nt) v[1] = fmax(v[1], fabs(Ac[e]));
+        double g1[1] = {v[0]};
+        block_sums<1>(g1, sc);
+        for (int o = 16; o > 0; o >>= 1) v[1] = fmax(v[1], __shfl_xor_sync(0xffffffffu, v[1], o));
+        __syncthreads();
+        if ((tid & 31) == 0) sc[tid >> 5] = v[1];
+        __syncthreads();
+        double amax = 0.0;
+        for (int w = 0; w < nt >> 5; w++) amax = fmax(amax, sc[w]);
+        double asym[1] = {0.0};
+        for (int e = tid; e < K * K; e += nt) {
+            const int i = e / K, j = e - i * K;
+            asym[0] += fabs(Ac[e] - Ac[(size_t)j * K + i]) > 1e-12 * amax ? 1.0 : 0.0;
+        }
+        block_sums<1>(asym, sc);
+        if (g1[0] != 0.0 || asym[0] != 0.0) {
+            abwd_tokens(P, c, A, dA);
+            continue;
+        }
+        /* segments, last to first: [s0, e1) with s0 after the last refresh token before e1 - 1 */
+        for (int e1 = te; e1 > ts;) {
+            int s0 = ts, nref = 0;
+            for (int t = e1 - 2; t >= ts; t--)
+                if (is_refresh_at(a, t)) {
+                    s0 = t + 1;
+                    break;
+                }
+            for (int t = ts; t < s0; t++) nref += is_refresh_at(a, t) ? 1 : 0;
+            /* As = A_c - sum_{t in [ts, s0)} z z^T / den + nref rho I (the updates add up) */
+            __syncthreads();
+            for (int e = tid; e < K * K; e += nt) {
+                const int i = e / K, j = e - i * K;
+                double x = Ac[e];
+                for (int t = ts; t < s0; t++) {
+                    const double *z = P.Zs + ((size_t)bh * T + t) * K;
+                    x -= z[i] * z[j] / P.tok[((size_t)bh * T + t) * 3];
+                }
+                if (i == j) x += nref * a.rho;
+                A[(size_t)i * lda + j] = x;
+            }
+            __syncthreads();
+            abwd_segment(P, ts, s0, e1, A, dA, sg);
+            e1 = s0;
+        }
+    }
+    abwd_store_dA0(P, dA);
 }
 
 /* ---- the warp form: one warp per head, dk <= WD, A and dA in dynamic shared memory ----
@@ -553,17 +799,32 @@ template <int NR> __global__ void __launch_bounds__(32) gc_abwd_warp_kernel(cons
                 P.dA0[sA + (size_t)i * dk + j] = (float)(0.5 * (dA[(size_t)i * lda + j] + dA[(size_t)j * lda + i]));
 }
 
-std::atomic<size_t> afwd_smem_set[64], abwd_smem_set[64];
+std::atomic<size_t> afwd_smem_set[64], abwd_smem_set[64], abwds_smem_set[64];
 std::atomic<size_t> afwdw_smem_set[2][64], abwdw_smem_set[2][64];
 
 #undef MAXD
 
 } // namespace
 
-size_t grad_chunk_apart_static_smem() {
-    static const size_t s = static_smem_of((const void *)gc_abwd_kernel, 24576);
+size_t grad_chunk_apart_static_smem() { /* the larger of the block form's and the segment form's */
+    static const size_t s = [] {
+        const size_t b = static_smem_of((const void *)gc_abwd_kernel, 24576);
+        const size_t g = static_smem_of((const void *)gc_abwd_seg_kernel, 24576);
+        return b > g ? b : g;
+    }();
     return s;
 }
+
+/* VLA_CUDA_APART=segment (read once a process): the backward walk in segment form, where the plan
+ * gives it P.Sg (seg_doubles a head). */
+bool grad_chunk_apart_segment() {
+    static const bool on = [] {
+        const char *e = getenv("VLA_CUDA_APART");
+        return e && strcmp(e, "segment") == 0;
+    }();
+    return on;
+}
+size_t grad_chunk_apart_segment_doubles(int C, int dk) { return seg_doubles(C, dk); }
 
 /* Which form runs the A part: the warp form (0: one row of A per lane, 1: two) or the block form
  * (-1). Timed on an H100 (benchmarks/results/2026-12-06-h100-backward, fwd + bwd): at dk = 32 the
@@ -610,6 +871,13 @@ cudaError_t launch_grad_chunk_afwd(const gchunk_params &p, cudaStream_t st) {
 
 cudaError_t launch_grad_chunk_abwd(const gchunk_params &p, cudaStream_t st) {
     const unsigned BH = (unsigned)(p.a.B * p.a.H);
+    if (p.Sg) { /* the segment form (grad_chunk_apart_segment: the plan gave it its slices) */
+        const cudaError_t e = raise_smem_limit_static((const void *)gc_abwd_seg_kernel, abwds_smem_set, p.smem_a,
+                                                      grad_chunk_apart_static_smem());
+        if (e != cudaSuccess) return e;
+        VLACU_LAUNCH(gc_abwd_seg_kernel, BH, VLACU_NT, p.smem_a, st, p);
+        return cudaGetLastError();
+    }
     const int w = apart_form(p);
     const void *kb = w < 0 ? (const void *)gc_abwd_kernel
                            : w ? (const void *)gc_abwd_warp_kernel<2> : (const void *)gc_abwd_warp_kernel<1>;

@@ -54,6 +54,7 @@ struct glayout {
     size_t N, dr, Y, Wt, Wd, gamL, ckX, ckH; /* its arrays; N, dr, Wt: SIZE_MAX when unused */
     int ctile;                               /* its walks' column tile */
     size_t Aw, dAw, Zs, tok, ckA, Aws, smem_a; /* vla's A part (SIZE_MAX / 0 when unused) */
+    size_t Sg;                                 /* its segment form's slices (SIZE_MAX when not run) */
     size_t smem_fac, smem_vjp, smem_walk;
 };
 
@@ -160,6 +161,9 @@ int make_layout(const vlacu_args *a, const vlacu_device *dev, glayout *L) {
                 L->ckA = w.take(sat_mul(sat_mul(sat_mul(BH, nck + 1), dk * dk), 8));
                 L->smem_a = sat_mul(am, 2) <= smem_budget(dev, grad_chunk_apart_static_smem()) ? 2 * am : 0;
                 L->Aws = L->smem_a ? SIZE_MAX : w.take(sat_mul(sat_mul(BH, am), 2));
+                L->Sg = grad_chunk_apart_segment()
+                            ? w.take(sat_mul(sat_mul(BH, grad_chunk_apart_segment_doubles(C, a->dk)), 8))
+                            : SIZE_MAX;
             }
             L->total = w.off;
             return 0;
@@ -267,7 +271,7 @@ extern "C" int vlacu_backward(const vlacu_args *a, const vlacu_grads *g, const v
             auto atd = [&](size_t off) { return off == SIZE_MAX ? (double *)nullptr : (double *)(W + off); };
             cp.Up = pp.Up, cp.dU = at(L.dU), cp.dA_end = g->dA_end, cp.dA0 = g->dA_0;
             cp.Aw = at(L.Aw), cp.dAw = at(L.dAw);
-            cp.Zs = atd(L.Zs), cp.tok = atd(L.tok), cp.ckA = atd(L.ckA), cp.Aws = atd(L.Aws);
+            cp.Zs = atd(L.Zs), cp.tok = atd(L.tok), cp.ckA = atd(L.ckA), cp.Aws = atd(L.Aws), cp.Sg = atd(L.Sg);
             cp.smem_a = L.smem_a;
         }
         TRY(launch_grad_chunk(cp, st));
