@@ -67,6 +67,9 @@
 #                      each VAR=VALUE of the comma-separated LIST (development switches, e.g.
 #                      VLA_CUDA_APART=block,VLA_CUDA_BMM=simple), one at a time, in
 #                      backward-B-H-d-VAR.md: an A/B within one call
+#   --test-ab LIST     after test_cuda: its backward tcase again under each VAR=VALUE of the
+#                      comma-separated LIST (development switches, e.g. VLA_CUDA_APART=segment), in
+#                      test_cuda-backward-VAR.log
 #   --train            add the train stage (off by default; up to 250 s of the deadline)
 #   --opencl-speed     add the opencl_speed stage (off by default; up to 200 s)
 #   --ocl-rows ROWS    its rows, B,H,d,T separated by ';' (default: opencl_speed.sh's, the issue's)
@@ -106,7 +109,7 @@ NAME="" COMMIT=$ENV_COMMIT DEADLINE=525 ARCH="75;90" JOBS=$(nproc 2> /dev/null |
 CMAKE_ARGS=() PEERS="public_fwd.py" BASELINE="" ONLY="" DRY=0 QUICK=0 NOENV=0 CLEAN=0 OPENCL=ON
 STAGES=(build test_cuda ctest check_cuda check_opencl check_grad targets gated sweep sdpa backward train opencl_speed throughput paper sanitizers jit75 baseline peers)
 declare -A SKIP=()
-BWD_AB="" BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS="" OCLSPEED=0 OCL_ROWS="" THROUGHPUT=0
+BWD_AB="" TEST_AB="" BACKWARD=0 TRAIN=0 PAPER=0 PAPER_ARGS="" OCLSPEED=0 OCL_ROWS="" THROUGHPUT=0
 
 die() { echo "gpu_report.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -124,6 +127,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --backward) BACKWARD=1 ;;
     --bwd-ab) BWD_AB=${2:?--bwd-ab needs VAR=VALUE[,...]}; shift ;;
+    --test-ab) TEST_AB=${2:?--test-ab needs VAR=VALUE[,...]}; shift ;;
     --train) TRAIN=1 ;;
     --paper) PAPER=1 ;;
     --opencl-speed) OCLSPEED=1 ;;
@@ -301,8 +305,15 @@ st_build() {
 st_test_cuda() {
   need "$B/tests/test_cuda" || return
   x "$LIM" "$R/test_cuda.log" + env CK_FORK=no "$B/tests/test_cuda"
-  local rc=$?
+  local rc=$? sw r
   RESULT=$(last "$R/test_cuda.log")
+  for sw in ${TEST_AB//,/ }; do # the backward tcase under each switch, within the stage's limit
+    [[ $sw == *=* ]] || { RESULT="$RESULT; --test-ab: '$sw' is not VAR=VALUE"; continue; }
+    x "$(sublim 60)" "$R/test_cuda-backward-${sw%%=*}.log" + env CK_FORK=no CK_RUN_CASE=backward "$sw" "$B/tests/test_cuda"
+    r=$?
+    ((r == 0)) || rc=$r
+    RESULT="$RESULT; $sw backward: $(last "$R/test_cuda-backward-${sw%%=*}.log")"
+  done
   return $rc
 }
 st_ctest() {
@@ -755,7 +766,8 @@ print(", ".join(v))' 2>&1 | tail -n 1)"
 fi
 
 stage build 240 st_build
-stage test_cuda 150 st_test_cuda
+n_test_ab=$(awk -F, '{ print NF }' <<< "$TEST_AB") # 0 when empty
+stage test_cuda $((150 + 60 * n_test_ab)) st_test_cuda
 stage ctest 150 st_ctest
 stage check_cuda 60 st_check_cuda
 stage check_opencl 90 st_check_opencl

@@ -181,7 +181,7 @@ if [ "$(wc -l < "$WORK/fromB/invocations.txt")" -eq 2 ] &&
     tail -n 1 "$WORK/fromB/invocations.txt" | grep -q -- '--from'; then
     pass "--from: the earlier folder's invocations carried over, first"
 else
-    fail "--from: invocations.txt: $(cat "$WORK/fromB/invocations.txt" 2> /dev/null | head -n 3)"
+    fail "--from: invocations.txt: $(head -n 3 "$WORK/fromB/invocations.txt" 2> /dev/null)"
 fi
 run from3 --build "$BDIR" --quick --only table11 --mechanisms softmax --steps 7 --eval-batches 1 --no-plots \
     --results "$WORK/fromC" --from "$WORK/fromA"
