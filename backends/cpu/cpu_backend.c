@@ -272,6 +272,14 @@ static const vla_backend_iface cpu_iface = {
     .synchronize = NULL,
     .set_threads = cpu_set_threads,
     .resolve_algorithm = cpu_resolve,
+    /* The backward's chunked form against its sequential one on 2 cores (vla-bench --backward -r 5,
+     * backward = fwd+bwd minus the forward, ms): at (B,H,d) = (1,4,32), T = 1024 / 4096, chunked is
+     * slower or even for every mechanism (VLA 20.0 / 83 against 15.6 / 62, DeltaNet 11.5 / 47.6
+     * against 7.8 / 31.8, linear 7.4 / 30.6 against 7.4 / 26.4); at (2,4,64) it is faster for
+     * linear attention (36.5 / 163 against 51.3 / 204) and DeltaNet (54.1 / 238 against 63.9 / 275)
+     * and even for VLA (119.5 / 492 against 115.9 / 482). So AUTO's backward takes chunked from
+     * dk = 64. */
+    .backward_auto_chunked_min_dk = 64,
     .attention_forward = cpu_forward,
     .nn = &vla_cpu_nn_iface,
     .attention_backward = cpu_backward,
