@@ -36,11 +36,10 @@ typedef struct vla_backend_iface {
      * or CHUNKED, or FUSED for softmax). NULL: VLA_ERR_UNSUPPORTED. */
     vla_status (*attention_backward)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a,
                                      const vla_attn_grads *g);
-    /* The backward's AUTO takes the chunked form (where the forward's choice is chunked) only from
-     * this T and this dk up, and the sequential form below them: the backend's chunked backward is
-     * timed faster there, and not timed (or slower) elsewhere. 0: no limit. */
-    int64_t backward_auto_chunked_min_t;
-    int backward_auto_chunked_min_dk;
+    /* Optional: whether the backward's AUTO keeps the chunked form where the forward's AUTO chose it
+     * (nonzero), or takes the sequential form (0), from where the backend's timings put them. NULL:
+     * it keeps it. */
+    int (*backward_auto_chunked)(const vla_attn_desc *d, const vla_attn_args *a);
     /* Optional: the nn ops of vla/nn.h (core/nn_impl.h). NULL: VLA_ERR_UNSUPPORTED. */
     const struct vla_nn_iface *nn;
 

@@ -92,6 +92,18 @@ static vla_status cpu_resolve(vla_backend *b, const vla_attn_desc *d, const vla_
     return VLA_OK;
 }
 
+/* The backward's chunked form against its sequential one on 2 cores (backward = fwd+bwd minus the
+ * forward, median ms; benchmarks/results/2026-12-06-cpu-backward-algos): at (B,H,d) = (1,4,32),
+ * T = 1024 / 4096, chunked is slower for VLA (18.3 / 72.8 against 12.4 / 51.1) and DeltaNet
+ * (11.8 / 46.3 against 7.0 / 28.8), and for linear attention even, then slower (8.0 / 31.7 against
+ * 8.9 / 23.0); at (2,4,64) it
+ * is faster for linear attention (36.1 / 161 against 46.7 / 189) and DeltaNet (55.3 / 229 against
+ * 59.2 / 253) and still slower for VLA (106 / 448 against 94.0 / 405). So AUTO keeps chunked for
+ * linear attention and DeltaNet from dk = 64, and takes sequential for VLA. */
+static int cpu_backward_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
+    return d->mechanism != VLA_MECH_VLA && a->dk >= 64;
+}
+
 typedef struct kernel_entry {
     vla_mechanism mech;
     vla_algorithm algo;
@@ -272,14 +284,7 @@ static const vla_backend_iface cpu_iface = {
     .synchronize = NULL,
     .set_threads = cpu_set_threads,
     .resolve_algorithm = cpu_resolve,
-    /* The backward's chunked form against its sequential one on 2 cores (vla-bench --backward -r 5,
-     * backward = fwd+bwd minus the forward, ms): at (B,H,d) = (1,4,32), T = 1024 / 4096, chunked is
-     * slower or even for every mechanism (VLA 20.0 / 83 against 15.6 / 62, DeltaNet 11.5 / 47.6
-     * against 7.8 / 31.8, linear 7.4 / 30.6 against 7.4 / 26.4); at (2,4,64) it is faster for
-     * linear attention (36.5 / 163 against 51.3 / 204) and DeltaNet (54.1 / 238 against 63.9 / 275)
-     * and even for VLA (119.5 / 492 against 115.9 / 482). So AUTO's backward takes chunked from
-     * dk = 64. */
-    .backward_auto_chunked_min_dk = 64,
+    .backward_auto_chunked = cpu_backward_auto_chunked,
     .attention_forward = cpu_forward,
     .nn = &vla_cpu_nn_iface,
     .attention_backward = cpu_backward,
