@@ -147,6 +147,17 @@ static void normaliser_backward(const cpu_grad_head *h, const cpu_grad_params *p
     for (int j = 0; j < dk; j++) dkf[j] += dn[j];
 }
 
+/* dy_t from da_t through a_t = y_t / max(||y_t||, eps), in place (a_backward and a_backward_chunk). */
+static void dy_of_da(const chunk_store *cs, int i, int dk, double eps, double *da) {
+    const double *a = cs->Al + (size_t)i * dk, yn = cs->yn[i];
+    if (yn > eps) {
+        const double proj = cpu_grad_dot(a, da, dk);
+        for (int j = 0; j < dk; j++) da[j] = (da[j] - a[j] * proj) / yn;
+    } else {
+        for (int j = 0; j < dk; j++) da[j] /= eps;
+    }
+}
+
 /* Token t (i in the chunk) of the A part backwards: da (the gradient of a_t; clobbered) through
  * the normalisation of y_t, y_t = A_t k^_t, the refresh and Sherman-Morrison. A is A_t on entry
  * and A_{t-1} on return; dA likewise. sc: 3 dk doubles. */
@@ -155,18 +166,11 @@ static void a_backward(const cpu_grad_head *h, const cpu_grad_params *p, int t, 
     const int dk = h->dk;
     const double eps = p->eps;
     const double *k = h->kh + (size_t)t * dk, *u = h->u + (size_t)t * dk;
-    const double *a = cs->Al + (size_t)i * dk, *z = cs->Z + (size_t)i * dk;
+    const double *z = cs->Z + (size_t)i * dk;
     double *dkh = h->dkh + (size_t)t * dk, *du = h->du + (size_t)t * dk;
     double *dy = da, *dz = sc, *Gz = sc + dk, *tmp = sc + 2 * (size_t)dk;
 
-    /* a = y / max(||y||, eps). */
-    const double yn = cs->yn[i];
-    if (yn > eps) {
-        const double proj = cpu_grad_dot(a, da, dk);
-        for (int j = 0; j < dk; j++) dy[j] = (da[j] - a[j] * proj) / yn;
-    } else {
-        for (int j = 0; j < dk; j++) dy[j] = da[j] / eps;
-    }
+    dy_of_da(cs, i, dk, eps, da); /* a = y / max(||y||, eps); dy in da's place */
     /* y = A_t k^. */
     cpu_grad_ger(dA, 1.0, dy, k, dk, dk);
     cpu_grad_vecmat(dy, A, dk, dk, tmp); /* A_t^T dy */
@@ -206,17 +210,6 @@ static void a_backward(const cpu_grad_head *h, const cpu_grad_params *p, int t, 
  * where the token-by-token adjoint (a_backward) is a chain of n steps; only dA passes from segment
  * to segment. dAs agrees with a_backward's in its symmetric part, which is all that later steps
  * and the symmetrised dA_0 use. This is the form the GPU backends can run per segment. */
-
-/* dy_t from da_t through a_t = y_t / max(||y_t||, eps), in place (as a_backward). */
-static void dy_of_da(const chunk_store *cs, int i, int dk, double eps, double *da) {
-    const double *a = cs->Al + (size_t)i * dk, yn = cs->yn[i];
-    if (yn > eps) {
-        const double proj = cpu_grad_dot(a, da, dk);
-        for (int j = 0; j < dk; j++) da[j] = (da[j] - a[j] * proj) / yn;
-    } else {
-        for (int j = 0; j < dk; j++) da[j] /= eps;
-    }
-}
 
 /* out_t = As x_t - sum_{r<=t} z_r (z_r . x_t) / den_r for the n rows x_t of X (A'_t x_t). */
 static void apply_at(const double *As, const double *Z, const double *den, const double *X, int n, int dk,

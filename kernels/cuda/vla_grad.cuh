@@ -91,6 +91,70 @@ template <int K> __device__ __forceinline__ void block_sums(double (&v)[K], doub
     }
 }
 
+/* One token t of VLA's A part backwards, a block a head (VLA-MATH 5; the CPU's a_backward in
+ * backends/cpu/cpu_grad_vla.c), for the recurrent kernel (vla_grad_seq.cu) and the chunk form's
+ * block walk (vla_grad_chunk_apart.cu): da_t through a_t = y / max(||y||, eps), y = A_t k^_t, the
+ * refresh and Sherman-Morrison. Shared [dk] inputs w = a_t, dw = da_t, kr = k^_t, u = u_t, z = z_t
+ * (visible to every thread); scratch dy, dz, g1, g2 [dk], red [2 blockDim], sc [3 x 32]. A is A_t on
+ * entry and A_{t-1} on return, dA likewise. Writes dkh_out[j] = dkh_in[j] + (A_t^T dy)[j] (the S
+ * part's dk^ in dkh_in) and du_out. Ends with a barrier. */
+__device__ __forceinline__ void a_token_backward(const vlacu_args &a, int dk, int lda, double den, double yn,
+                                                 bool gate, bool refresh, const float *w, const float *dw,
+                                                 const float *kr, const float *u, const double *z, double *dy,
+                                                 double *dz, double *g1, double *g2, double *red, double *sc, double *A,
+                                                 double *dA, const float *dkh_in, float *dkh_out, float *du_out) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    {
+        double s[1] = {0.0};
+        for (int j = tid; j < dk; j += nt) s[0] += (double)w[j] * dw[j];
+        block_sums<1>(s, sc);
+        const double ada = s[0];
+        for (int j = tid; j < dk; j += nt)
+            dy[j] = yn > a.eps ? ((double)dw[j] - (double)w[j] * ada) / yn : (double)dw[j] / a.eps;
+    }
+    __syncthreads();
+    /* G z and G^T z with G = dA + dy k^^T: dA z, dA^T z, then the rank-one part */
+    mv<false, 1, double>(dA, lda, dk, dk, z, z, g1, g1, red);
+    mv<true, 1, double>(dA, lda, dk, dk, z, z, g2, g2, red);
+    double s[2] = {0.0, 0.0};
+    for (int j = tid; j < dk; j += nt) s[0] += (double)kr[j] * z[j], s[1] += dy[j] * z[j];
+    block_sums<2>(s, sc);
+    const double kz = s[0], dyz = s[1];
+    double s3[1] = {0.0};
+    for (int j = tid; j < dk; j += nt) {
+        g1[j] += dy[j] * kz;          /* G z */
+        g2[j] += (double)kr[j] * dyz; /* G^T z */
+        s3[0] += z[j] * g1[j];
+    }
+    block_sums<1>(s3, sc);
+    const double dc = gate ? s3[0] / (den * den) : 0.0;
+    for (int j = tid; j < dk; j += nt) dz[j] = -(g1[j] + g2[j]) / den + dc * (double)u[j];
+    __syncthreads();
+    /* A_t^T dy and A_t^T dz; A_{t-1}^T dz = A_t^T dz (- rho dz) + z (z . dz) / den */
+    mv<true, 2, double>(A, lda, dk, dk, dy, dz, g1, g2, red);
+    double s4[1] = {0.0};
+    for (int j = tid; j < dk; j += nt) s4[0] += z[j] * dz[j];
+    block_sums<1>(s4, sc);
+    const double zdz = s4[0] / den;
+    for (int j = tid; j < dk; j += nt) {
+        dkh_out[j] = (float)((double)dkh_in[j] + g1[j]);
+        const double am1dz = g2[j] - (refresh ? a.rho * dz[j] : 0.0) + z[j] * zdz;
+        du_out[j] = (float)(dc * z[j] + am1dz);
+    }
+    /* A <- A_{t-1};  dA <- G + dz u^T */
+    const double inv = 1.0 / den;
+    for (int e = tid; e < dk * dk; e += nt) {
+        const int i = e / dk, j = e - i * dk;
+        double *ap = A + (size_t)i * lda + j;
+        double x = *ap;
+        if (refresh && i == j) x -= a.rho;
+        *ap = x + z[i] * inv * z[j];
+        double *gp = dA + (size_t)i * lda + j;
+        *gp += dy[i] * (double)kr[j] + dz[i] * (double)u[j];
+    }
+    __syncthreads();
+}
+
 /* dst[i] = src[i], i < n (no barrier). */
 template <typename D, typename S> __device__ __forceinline__ void ldvec(D *dst, const S *src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = (D)src[i];

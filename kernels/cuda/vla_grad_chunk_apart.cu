@@ -149,55 +149,8 @@ __device__ void abwd_tokens(const gchunk_params &P, int c, double *A, double *dA
         const bool gate = tk[2] != 0.0;
         const bool refresh = a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
         __syncthreads();
-        {
-            double s[1] = {0.0};
-            for (int j = tid; j < dk; j += nt) s[0] += (double)w[j] * dw[j];
-            block_sums<1>(s, sc);
-            const double ada = s[0];
-            for (int j = tid; j < dk; j += nt)
-                dy[j] = yn > a.eps ? ((double)dw[j] - (double)w[j] * ada) / yn : (double)dw[j] / a.eps;
-        }
-        __syncthreads();
-        /* G z and G^T z with G = dA + dy k^^T: dA z, dA^T z, then the rank-one part */
-        mv<false, 1, double>(dA, lda, dk, dk, z, z, g1, g1, red);
-        mv<true, 1, double>(dA, lda, dk, dk, z, z, g2, g2, red);
-        double s[2] = {0.0, 0.0};
-        for (int j = tid; j < dk; j += nt) s[0] += (double)kr[j] * z[j], s[1] += dy[j] * z[j];
-        block_sums<2>(s, sc);
-        const double kz = s[0], dyz = s[1];
-        double s3[1] = {0.0};
-        for (int j = tid; j < dk; j += nt) {
-            g1[j] += dy[j] * kz;          /* G z */
-            g2[j] += (double)kr[j] * dyz; /* G^T z */
-            s3[0] += z[j] * g1[j];
-        }
-        block_sums<1>(s3, sc);
-        const double dc = gate ? s3[0] / (den * den) : 0.0;
-        for (int j = tid; j < dk; j += nt) dz[j] = -(g1[j] + g2[j]) / den + dc * (double)u[j];
-        __syncthreads();
-        /* A_t^T dy and A_t^T dz; A_{t-1}^T dz = A_t^T dz (- rho dz) + z (z . dz) / den */
-        mv<true, 2, double>(A, lda, dk, dk, dy, dz, g1, g2, red);
-        double s4[1] = {0.0};
-        for (int j = tid; j < dk; j += nt) s4[0] += z[j] * dz[j];
-        block_sums<1>(s4, sc);
-        const double zdz = s4[0] / den;
-        for (int j = tid; j < dk; j += nt) {
-            P.dKh[pr + j] = (float)((double)P.dKh[pr + j] + g1[j]); /* the S part's dk^ is there */
-            const double am1dz = g2[j] - (refresh ? a.rho * dz[j] : 0.0) + z[j] * zdz;
-            P.dU[pr + j] = (float)(dc * z[j] + am1dz);
-        }
-        /* A <- A_{t-1};  dA <- G + dz u^T */
-        const double inv = 1.0 / den;
-        for (int e = tid; e < dk * dk; e += nt) {
-            const int i = e / dk, j = e - i * dk;
-            double *ap = A + (size_t)i * lda + j;
-            double x = *ap;
-            if (refresh && i == j) x -= a.rho;
-            *ap = x + z[i] * inv * z[j];
-            double *gp = dA + (size_t)i * lda + j;
-            *gp += dy[i] * (double)kr[j] + dz[i] * (double)u[j];
-        }
-        __syncthreads();
+        a_token_backward(a, dk, lda, den, yn, gate, refresh, w, dw, kr, u, z, dy, dz, g1, g2, red, sc, A, dA,
+                         P.dKh + pr, P.dKh + pr, P.dU + pr); /* the S part's dk^ is in P.dKh */
     }
 }
 
@@ -245,9 +198,9 @@ __device__ inline bool is_refresh_at(const vlacu_args &a, int t) {
     return a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
 }
 
-/* One segment [s0, s1) of chunk c (tokens from ts): As in A (K x K, ld lda), G = dA (the adjoint of
- * A_{s1-1} in, of As out). */
-__device__ void abwd_segment(const gchunk_params &P, int ts, int s0, int s1, double *As, double *G, double *sg) {
+/* One segment [s0, s1) of a chunk: As in A (K x K, ld lda), G = dA (the adjoint of A_{s1-1} in, of As
+ * out). */
+__device__ void abwd_segment(const gchunk_params &P, int s0, int s1, double *As, double *G, double *sg) {
     const vlacu_args &a = P.a;
     const int T = a.T, K = a.dk, tid = threadIdx.x, nt = blockDim.x, bh = blockIdx.x, lda = ld_of(K), n = s1 - s0;
     const size_t kk = (size_t)K * K, nk = (size_t)n * K;
@@ -257,7 +210,6 @@ __device__ void abwd_segment(const gchunk_params &P, int ts, int s0, int s1, dou
     const size_t r0 = (size_t)bh * T + s0;
     const float *U = P.Up + r0 * K, *Kh = P.Kh + r0 * K, *Al = P.Aw + r0 * K, *dAl = P.dAw + r0 * K;
     const double *Z = P.Zs + r0 * K, *tok = P.tok + r0 * 3;
-    (void)ts;
     /* DY: dy_t from da_t through the normalisation, a warp a token */
     for (int t = tid >> 5; t < n; t += nt >> 5) {
         double p = 0.0;
@@ -448,7 +400,7 @@ __global__ void __launch_bounds__(VLACU_NT) gc_abwd_seg_kernel(const gchunk_para
                 A[(size_t)i * lda + j] = x;
             }
             __syncthreads();
-            abwd_segment(P, ts, s0, e1, A, dA, sg);
+            abwd_segment(P, s0, e1, A, dA, sg);
             e1 = s0;
         }
     }

@@ -238,55 +238,8 @@ __device__ void bwd_token(const gseq_params &P, int bh, int t, int i, float *dX,
     const double den = ((const double *)(gs + L.sDen))[i], yn = ((const double *)(gs + L.sYn))[i];
     const bool gate = ((const double *)(gs + L.sGate))[i] != 0.0;
     const bool refresh = a.refresh > 0 && (a.t0 + t + 1) % a.refresh == 0;
-    {
-        double s[1] = {0.0};
-        for (int j = tid; j < dk; j += nt) s[0] += (double)V.w[j] * V.dw[j];
-        block_sums<1>(s, sc);
-        const double ada = s[0];
-        for (int j = tid; j < dk; j += nt)
-            V.dy[j] = yn > a.eps ? ((double)V.dw[j] - (double)V.w[j] * ada) / yn : (double)V.dw[j] / a.eps;
-    }
-    __syncthreads();
-    /* G z and G^T z with G = dA + dy k^^T: dA z, dA^T z, then the rank-one part */
-    mv<false, 1, double>(dA, lda, dk, dk, V.z, V.z, V.g1, V.g1, red);
-    mv<true, 1, double>(dA, lda, dk, dk, V.z, V.z, V.g2, V.g2, red);
-    double s[2] = {0.0, 0.0};
-    for (int j = tid; j < dk; j += nt) s[0] += (double)V.kr[j] * V.z[j], s[1] += V.dy[j] * V.z[j];
-    block_sums<2>(s, sc);
-    const double kz = s[0], dyz = s[1];
-    double s3[1] = {0.0};
-    for (int j = tid; j < dk; j += nt) {
-        V.g1[j] += V.dy[j] * kz;          /* G z */
-        V.g2[j] += (double)V.kr[j] * dyz; /* G^T z */
-        s3[0] += V.z[j] * V.g1[j];
-    }
-    block_sums<1>(s3, sc);
-    const double dc = gate ? s3[0] / (den * den) : 0.0;
-    for (int j = tid; j < dk; j += nt) V.dz[j] = -(V.g1[j] + V.g2[j]) / den + dc * (double)V.u[j];
-    __syncthreads();
-    /* A_t^T dy and A_t^T dz; A_{t-1}^T dz = A_t^T dz (- rho dz) + z (z . dz) / den */
-    mv<true, 2, double>(A, lda, dk, dk, V.dy, V.dz, V.g1, V.g2, red);
-    double s4[1] = {0.0};
-    for (int j = tid; j < dk; j += nt) s4[0] += V.z[j] * V.dz[j];
-    block_sums<1>(s4, sc);
-    const double zdz = s4[0] / den;
-    for (int j = tid; j < dk; j += nt) {
-        P.dKh[pr + j] = (float)((double)V.dkr[j] + V.g1[j]);
-        const double am1dz = V.g2[j] - (refresh ? a.rho * V.dz[j] : 0.0) + V.z[j] * zdz;
-        P.dU[pr + j] = (float)(dc * V.z[j] + am1dz);
-    }
-    /* A <- A_{t-1};  dA <- G + dz u^T */
-    const double inv = 1.0 / den;
-    for (int e = tid; e < dk * dk; e += nt) {
-        const int ii = e / dk, j = e - ii * dk;
-        double *ap = A + (size_t)ii * lda + j;
-        double x = *ap;
-        if (refresh && ii == j) x -= a.rho;
-        *ap = x + V.z[ii] * inv * V.z[j];
-        double *gp = dA + (size_t)ii * lda + j;
-        *gp += V.dy[ii] * (double)V.kr[j] + V.dz[ii] * (double)V.u[j];
-    }
-    __syncthreads();
+    a_token_backward(a, dk, lda, den, yn, gate, refresh, V.w, V.dw, V.kr, V.u, V.z, V.dy, V.dz, V.g1, V.g2, red, sc,
+                     A, dA, V.dkr, P.dKh + pr, P.dU + pr);
 }
 
 __global__ void __launch_bounds__(VLACU_NT) grad_seq_kernel(const gseq_params P) {
