@@ -359,9 +359,10 @@ static int sm_rb_pad(int n) {
     return (n4 & 7) ? n4 : n4 + 4;
 }
 
-/* The register-blocked softmax (softmax.cl, softmax_rb64/128) when VLA_OPENCL_SOFTMAX_KERNEL=rb
- * and the shape fits; *done = 0 leaves the call to softmax_fused. softmax_fused stays the
- * default until softmax_rb is timed on a GPU (benchmarks/opencl_speed.sh's "OpenCL softmax rb").
+/* The register-blocked softmax (softmax.cl, softmax_rb64/128): GPUs' default where the shape
+ * fits (on an H100's OpenCL 1.4-1.8x softmax_fused's speed at the issue's shapes:
+ * benchmarks/results/2026-12-06-h100-opencl-speed/); VLA_OPENCL_SOFTMAX_KERNEL=fused|rb forces
+ * either. *done = 0 leaves the call to softmax_fused.
  * Query rows per group QB = 64, 32 or 16 (WG = 4 QB items): the largest whose local memory
  * ([QB][dks] queries, a [64][max(dks, dvs)] K-or-V tile, [64][qbs] probabilities, [16][qbs] row
  * partials) fits in min(device, 48 KiB), 48 KiB being what NVIDIA's OpenCL gives a group, so
@@ -430,9 +431,11 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         return run(&l, (nrows + wg - 1) / wg, wg);
     }
     if (d->mechanism == VLA_MECH_SOFTMAX) {
-        /* VLA_OPENCL_SOFTMAX_KERNEL (development): fused (the default) or rb (softmax_rb above). */
+        /* VLA_OPENCL_SOFTMAX_KERNEL: fused or rb; unset, rb on GPUs, and softmax_fused on other
+         * devices that VLA_OPENCL_SOFTMAX_TILED sends here (the tests of that kernel). */
         const char *kname = getenv("VLA_OPENCL_SOFTMAX_KERNEL");
-        if (kname && kname[0] && strcmp(kname, "fused") != 0) {
+        if (!kname || !kname[0]) kname = ctx->is_gpu ? "rb" : "fused";
+        if (strcmp(kname, "fused") != 0) {
             if (strcmp(kname, "rb") != 0)
                 return vla_fail(b, VLA_ERR_UNSUPPORTED,
                                 "vla_attention_forward: VLA_OPENCL_SOFTMAX_KERNEL=%s; fused or rb", kname);
