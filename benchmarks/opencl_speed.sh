@@ -50,8 +50,9 @@
 #   --no-extras        no linear and DeltaNet series
 #   --no-cuda          no CUDA series (the columns read "-")
 #   --no-sgemm         no CLBlast SGEMM rate
-#   --profile          after the timed rows, where the deadline leaves time: per row, one more
-#                      call each of OpenCL VLA chunked and sequential and softmax (-r 1 --warmup 1)
+#   --profile          after the timed rows, in a quarter of the deadline (at most 90 s) kept
+#                      back from them: per row, one more call each of OpenCL VLA chunked and
+#                      sequential and softmax (-r 1 --warmup 1)
 #                      with VLA_OPENCL_PROFILE=1, its per-kernel times (launches, ms) in
 #                      OUT/profile.txt: where the time goes, not a timing
 #   --cpu-form         leave VLA_OPENCL_CHUNKPAR_GPU and VLA_OPENCL_SOFTMAX_TILED unset: on a CPU
@@ -162,9 +163,12 @@ bench_call() {
 }
 
 # cap_for ROW_START: the next call's budget, the row's time left or the deadline's less 15 s (a
-# call's `timeout` is its budget + 10 s; then the tables), whichever is less.
+# call's `timeout` is its budget + 10 s; then the tables) and less the profile's share, whichever
+# is less.
+PROF_RESERVE=0
+((PROFILE)) && PROF_RESERVE=$((DEADLINE / 4 < 90 ? DEADLINE / 4 : 90))
 cap_for() {
-  local r=$((ROW_CAP - (SECONDS - $1))) l=$(($(left) - 15))
+  local r=$((ROW_CAP - (SECONDS - $1))) l=$(($(left) - 15 - PROF_RESERVE))
   ((l < r)) && r=$l
   echo "$r"
 }
@@ -252,10 +256,10 @@ if ((PROFILE)); then
     IFS=, read -r b h d t <<< "$r"
     for c in "vla|chunked" "vla|sequential" "softmax|fused"; do
       IFS='|' read -r m a <<< "$c"
-      cmd=(env "${CPENV[@]}" VLA_OPENCL_PROFILE=1 timeout -k 5 60 "$BENCH" --backend "$OCL" --mechanism "$m" --algo "$a"
-        -B "$b" -H "$h" -d "$d" -T "$t" -r 1 --warmup 1 --budget 50 --output csv)
+      cmd=(env "${CPENV[@]}" VLA_OPENCL_PROFILE=1 timeout -k 5 30 "$BENCH" --backend "$OCL" --mechanism "$m" --algo "$a"
+        -B "$b" -H "$h" -d "$d" -T "$t" -r 1 --warmup 1 --budget 20 --output csv)
       if ((DRY)); then echo "${cmd[*]}"; continue; fi
-      if (($(left) < 80)); then
+      if (($(left) < 40)); then
         echo "## ($b,$h,$d) T = $t $m $a: left out, $(left) s left of the deadline" >> "$PROF"
         continue
       fi

@@ -439,8 +439,9 @@ static const vla_backend_iface cuda_iface = {
     /* No backward_auto_chunked: the chunk form of the backward (kernels/cuda/vla_grad_chunk*.cu)
      * against the recurrent kernel, on an H100 (benchmarks/results/2026-12-06-h100-backward): fwd + bwd
      * faster at every point timed, (B,H,d) = (1,4,32) T = 2048..32768 and (8,16,64) T = 2048, 8192
-     * (1.9-3.8x for VLA, 4-52x for linear attention and DeltaNet), and the trainer's whole step at
-     * T = 73 (vla-train, VLA 6.46 -> 4.38 ms, linear 3.43 -> 2.03, DeltaNet 3.37 -> 2.59). So AUTO's
+     * (1.9-3.8x for VLA, 4-48x for linear attention and DeltaNet), and the trainer's whole step at
+     * T = 73 (vla-train, VLA 6.46 -> 4.38 ms, linear 3.43 -> 2.03, DeltaNet 3.37 -> 2.59: commit
+     * 8c8452e's benchmarks/results/2026-12-06-h100-train-speed, in git history). So AUTO's
      * backward follows the forward's choice (recurrent at T <= 16, chunked above). */
     .nn = &vla_cuda_nn_iface,
     .close = cuda_close,

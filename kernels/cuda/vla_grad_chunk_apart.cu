@@ -182,7 +182,8 @@ __global__ void __launch_bounds__(VLACU_NT) gc_abwd_kernel(const gchunk_params P
     abwd_store_dA0(P, dA);
 }
 
-/* ---- the segment form of the backward walk (VLA_CUDA_APART=segment; development, untimed) ----
+/* ---- the segment form of the backward walk (VLA_CUDA_APART=segment; development: 17-36% slower
+ * than the token walk on an H100, benchmarks/results/2026-12-06-h100-backward) ----
  * backends/cpu/cpu_grad_vla.c's a_backward_chunk, one block per head: a segment is a run of tokens
  * of one chunk with no refresh before its last token; where every gate of the chunk is open and A at
  * its start is symmetric, Sherman-Morrison is exact within a segment and its adjoint is a handful of
@@ -779,7 +780,7 @@ bool grad_chunk_apart_segment() {
 size_t grad_chunk_apart_segment_doubles(int C, int dk) { return seg_doubles(C, dk); }
 
 /* Which form runs the A part: the warp form (0: one row of A per lane, 1: two) or the block form
- * (-1). Timed on an H100 (benchmarks/results/2026-12-06-h100-backward, fwd + bwd): at dk = 32 the
+ * (-1). Timed on an H100 (benchmarks/results/2026-12-06-h100-backward/ab-8c8452e, fwd + bwd): at dk = 32 the
  * warp form takes VLA from 20.0 to 12.5 ms ((1,4,32), T = 2048); at dk = 64 it is 4% slower than the
  * block form ((8,16,64), T = 2048 and 8192), as the header's issue count says (one sub-partition's
  * double units against four). So by default: the warp form for dk <= 32 when the planner put A and
