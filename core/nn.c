@@ -117,6 +117,18 @@ vla_status vla_nn_fill(vla_backend *b, vla_buffer *x, size_t x_off, size_t n, fl
 
 /* ---- matmul ---- */
 
+/* The sizes a matmul's forward and backward share: M, N, K >= 1, and the element counts of
+ * y and dy [M, N], x and dx [M, K], W and dW [N, K]. */
+static vla_status matmul_sizes(vla_backend *b, const char *fn, int M, int N, int K, size_t *nMN, size_t *nMK,
+                               size_t *nNK) {
+    TRY(dim(b, fn, "M", M));
+    TRY(dim(b, fn, "N", N));
+    TRY(dim(b, fn, "K", K));
+    TRY(count(b, fn, (size_t)M, (size_t)N, nMN));
+    TRY(count(b, fn, (size_t)M, (size_t)K, nMK));
+    return count(b, fn, (size_t)N, (size_t)K, nNK);
+}
+
 vla_status vla_nn_matmul_forward(vla_backend *b, vla_buffer *y, size_t y_off, const vla_buffer *x, size_t x_off,
                                  const vla_buffer *W, size_t W_off, const vla_buffer *bias, size_t bias_off, int M,
                                  int N, int K) {
@@ -125,13 +137,8 @@ vla_status vla_nn_matmul_forward(vla_backend *b, vla_buffer *y, size_t y_off, co
     TRY(need(b, fn, y, "y"));
     TRY(need(b, fn, x, "x"));
     TRY(need(b, fn, W, "W"));
-    TRY(dim(b, fn, "M", M));
-    TRY(dim(b, fn, "N", N));
-    TRY(dim(b, fn, "K", K));
     size_t nMN = 0, nMK = 0, nNK = 0;
-    TRY(count(b, fn, (size_t)M, (size_t)N, &nMN));
-    TRY(count(b, fn, (size_t)M, (size_t)K, &nMK));
-    TRY(count(b, fn, (size_t)N, (size_t)K, &nNK));
+    TRY(matmul_sizes(b, fn, M, N, K, &nMN, &nMK, &nNK));
     const tref r[] = {OUT("y", y, y_off, nMN), IN("x", x, x_off, nMK), IN("W", W, W_off, nNK),
                       IN("bias", bias, bias_off, (size_t)N)};
     TRY(check_refs(b, fn, r, NREFS(r)));
@@ -147,13 +154,8 @@ vla_status vla_nn_matmul_backward(vla_backend *b, vla_buffer *dx, size_t dx_off,
     TRY(need(b, fn, dy, "dy"));
     TRY(need(b, fn, x, "x"));
     TRY(need(b, fn, W, "W"));
-    TRY(dim(b, fn, "M", M));
-    TRY(dim(b, fn, "N", N));
-    TRY(dim(b, fn, "K", K));
     size_t nMN = 0, nMK = 0, nNK = 0;
-    TRY(count(b, fn, (size_t)M, (size_t)N, &nMN));
-    TRY(count(b, fn, (size_t)M, (size_t)K, &nMK));
-    TRY(count(b, fn, (size_t)N, (size_t)K, &nNK));
+    TRY(matmul_sizes(b, fn, M, N, K, &nMN, &nMK, &nNK));
     const tref r[] = {OUT("dx", dx, dx_off, nMK), OUT("dW", dW, dW_off, nNK), OUT("dbias", dbias, dbias_off, (size_t)N),
                       IN("dy", dy, dy_off, nMN),  IN("x", x, x_off, nMK),     IN("W", W, W_off, nNK)};
     TRY(check_refs(b, fn, r, NREFS(r)));
@@ -295,6 +297,24 @@ vla_status vla_nn_add_backward(vla_backend *b, vla_buffer *da, size_t da_off, vl
 
 /* ---- embeddings ---- */
 
+/* The element counts of the embedding tensors: tokens [B, T], out [B, T, C], wte [V, C], wpe [T, C]. */
+typedef struct embedding_sizes {
+    size_t BT, BTC, VC, TC;
+} embedding_sizes;
+
+/* B, T, C, V >= 1 and the counts, for the forward and the backward alike. */
+static vla_status embedding_sizes_of(vla_backend *b, const char *fn, int B, int T, int C, int V,
+                                     embedding_sizes *sz) {
+    TRY(dim(b, fn, "B", B));
+    TRY(dim(b, fn, "T", T));
+    TRY(dim(b, fn, "C", C));
+    TRY(dim(b, fn, "V", V));
+    TRY(count(b, fn, (size_t)B, (size_t)T, &sz->BT));
+    TRY(count(b, fn, sz->BT, (size_t)C, &sz->BTC));
+    TRY(count(b, fn, (size_t)V, (size_t)C, &sz->VC));
+    return count(b, fn, (size_t)T, (size_t)C, &sz->TC);
+}
+
 vla_status vla_nn_embedding_forward(vla_backend *b, vla_buffer *out, size_t out_off, const vla_buffer *tokens,
                                     size_t tokens_off, const vla_buffer *wte, size_t wte_off, const vla_buffer *wpe,
                                     size_t wpe_off, int B, int T, int C, int V) {
@@ -303,17 +323,10 @@ vla_status vla_nn_embedding_forward(vla_backend *b, vla_buffer *out, size_t out_
     TRY(need(b, fn, out, "out"));
     TRY(need(b, fn, tokens, "tokens"));
     TRY(need(b, fn, wte, "wte"));
-    TRY(dim(b, fn, "B", B));
-    TRY(dim(b, fn, "T", T));
-    TRY(dim(b, fn, "C", C));
-    TRY(dim(b, fn, "V", V));
-    size_t nBT = 0, nBTC = 0, nVC = 0, nTC = 0;
-    TRY(count(b, fn, (size_t)B, (size_t)T, &nBT));
-    TRY(count(b, fn, nBT, (size_t)C, &nBTC));
-    TRY(count(b, fn, (size_t)V, (size_t)C, &nVC));
-    TRY(count(b, fn, (size_t)T, (size_t)C, &nTC));
-    const tref r[] = {OUT("out", out, out_off, nBTC), IN("tokens", tokens, tokens_off, nBT),
-                      IN("wte", wte, wte_off, nVC), IN("wpe", wpe, wpe_off, nTC)};
+    embedding_sizes sz = {0, 0, 0, 0};
+    TRY(embedding_sizes_of(b, fn, B, T, C, V, &sz));
+    const tref r[] = {OUT("out", out, out_off, sz.BTC), IN("tokens", tokens, tokens_off, sz.BT),
+                      IN("wte", wte, wte_off, sz.VC), IN("wpe", wpe, wpe_off, sz.TC)};
     TRY(check_refs(b, fn, r, NREFS(r)));
     DISPATCH(embedding_forward, out, out_off, tokens, tokens_off, wte, wte_off, wpe, wpe_off, B, T, C, V);
 }
@@ -325,17 +338,10 @@ vla_status vla_nn_embedding_backward(vla_backend *b, vla_buffer *dwte, size_t dw
     TRY(begin(b, fn));
     TRY(need(b, fn, dout, "dout"));
     TRY(need(b, fn, tokens, "tokens"));
-    TRY(dim(b, fn, "B", B));
-    TRY(dim(b, fn, "T", T));
-    TRY(dim(b, fn, "C", C));
-    TRY(dim(b, fn, "V", V));
-    size_t nBT = 0, nBTC = 0, nVC = 0, nTC = 0;
-    TRY(count(b, fn, (size_t)B, (size_t)T, &nBT));
-    TRY(count(b, fn, nBT, (size_t)C, &nBTC));
-    TRY(count(b, fn, (size_t)V, (size_t)C, &nVC));
-    TRY(count(b, fn, (size_t)T, (size_t)C, &nTC));
-    const tref r[] = {OUT("dwte", dwte, dwte_off, nVC), OUT("dwpe", dwpe, dwpe_off, nTC),
-                      IN("dout", dout, dout_off, nBTC), IN("tokens", tokens, tokens_off, nBT)};
+    embedding_sizes sz = {0, 0, 0, 0};
+    TRY(embedding_sizes_of(b, fn, B, T, C, V, &sz));
+    const tref r[] = {OUT("dwte", dwte, dwte_off, sz.VC), OUT("dwpe", dwpe, dwpe_off, sz.TC),
+                      IN("dout", dout, dout_off, sz.BTC), IN("tokens", tokens, tokens_off, sz.BT)};
     TRY(check_refs(b, fn, r, NREFS(r)));
     DISPATCH(embedding_backward, dwte, dwte_off, dwpe, dwpe_off, dout, dout_off, tokens, tokens_off, B, T, C, V);
 }

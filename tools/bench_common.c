@@ -2,6 +2,7 @@
 #include "bench_common.h"
 
 #include "cli.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -27,30 +28,9 @@ double bench_now_s(void) {
 
 /* ---- random inputs ---- */
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+void bench_rng_seed(bench_rng *r, uint64_t seed) { rng_xoshiro_seed(r->s, seed); }
 
-void bench_rng_seed(bench_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(bench_rng *r) { /* xoshiro256** */
-    uint64_t *s = r->s;
-    const uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
+static uint64_t rng_next(bench_rng *r) { return rng_xoshiro_next(r->s); }
 
 /* Uniform in (0, 1): never 0, so the log below is finite. */
 static double rng_uniform(bench_rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }

@@ -44,9 +44,8 @@ static int fail(int code, const char *fmt, ...) {
 /* A library failure under `what` (a flag or a mechanism), without the library's "vla_fn: "
  * prefix: `what` tells the user more. */
 static int lib_fail(const char *what, vla_status st) {
-    const char *m = vla_last_message(), *colon = m ? strstr(m, ": ") : NULL;
-    if (!m || !m[0]) m = vla_status_string(st);
-    else if (!strncmp(m, "vla_", 4) && colon && !memchr(m, ' ', (size_t)(colon - m))) m = colon + 2;
+    const char *m = vla_last_message();
+    m = m && m[0] ? cli_lib_message(m) : vla_status_string(st);
     return fail(EXIT_FAILED, "%s: %s", what, m);
 }
 

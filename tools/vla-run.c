@@ -52,8 +52,7 @@ static int fail(int code, const char *what, const char *fmt, ...) {
 /* A library failure, under `what`. The library prefixes its messages with the function's
  * name ("vla_backend_open: ..."); `what` (a flag) tells the user more, so that prefix goes. */
 static int lib_fail(int code, const char *what, const char *msg) {
-    const char *colon = strstr(msg, ": ");
-    if (strncmp(msg, "vla_", 4) == 0 && colon && !memchr(msg, ' ', (size_t)(colon - msg))) msg = colon + 2;
+    msg = cli_lib_message(msg);
     return fail(code, what, "%s", msg[0] ? msg : "failed (the library gave no message)");
 }
 
@@ -73,69 +72,58 @@ typedef struct opts {
     unsigned char set[64]; /* set[i]: flags[i] was given (explicit flags override the preset) */
 } opts;
 
-typedef enum kind { K_STR, K_INT, K_I64, K_DBL, K_BOOL } kind;
-
-typedef struct flag {
-    const char *name;
-    kind kind;
-    size_t off;       /* field of opts */
-    const char *arg;  /* value placeholder in --help (NULL for K_BOOL) */
-    const char *def;  /* the default, as --help shows it */
-    const char *help;
-} flag;
-
 #define OFF(f) offsetof(opts, f)
-static const flag flags[] = {
-    {"--backend", K_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
-    {"--mechanism", K_STR, OFF(mechanism), "M", "none; vla with --preset",
+static const cli_flag flags[] = {
+    {"--backend", CLI_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
+    {"--mechanism", CLI_STR, OFF(mechanism), "M", "none; vla with --preset",
      "softmax|linear|delta|vla|delta-paper, required without --preset"},
-    {"--algo", K_STR, OFF(algo), "A", "auto", "auto|sequential|scan|chunked|two-level|fused"},
-    {"--preset", K_STR, OFF(preset), "P", "none", "paper: the paper's VLA settings; explicit flags override it"},
-    {"--q", K_STR, OFF(q), "FILE", "required", "queries [B,T,H,dk]"},
-    {"--k", K_STR, OFF(k), "FILE", "required", "keys [B,T,H,dk]"},
-    {"--v", K_STR, OFF(v), "FILE", "required", "values [B,T,H,dv]"},
-    {"--u", K_STR, OFF(u), "FILE", "u = s_u * normalize(k)", "vla penalty vectors [B,T,H,dk]"},
-    {"--beta", K_STR, OFF(beta), "FILE", "1", "delta write strength [B,T,H], in (0,1]"},
-    {"--g", K_STR, OFF(g), "FILE", "1", "delta decay [B,T,H]; delta-paper gate per value row [B,T,H,dv]; in (0,1]"},
-    {"--o", K_STR, OFF(o), "FILE", "required", "output [B,T,H,dv], float32"},
-    {"--state-in", K_STR, OFF(S_in), "FILE", "S = 0", "initial state S [B,H,dk,dv]"},
-    {"--state-out", K_STR, OFF(S_out), "FILE", "not written", "final state S [B,H,dk,dv]"},
-    {"--a-state-in", K_STR, OFF(A_in), "FILE", "A = I/lambda0", "vla: initial A [B,H,dk,dk]"},
-    {"--a-state-out", K_STR, OFF(A_out), "FILE", "not written", "vla: final A [B,H,dk,dk]"},
-    {"--n-state-in", K_STR, OFF(n_in), "FILE", "n = 0", "initial normaliser n [B,H,dk]"},
-    {"--n-state-out", K_STR, OFF(n_out), "FILE", "not written", "final normaliser n [B,H,dk]"},
-    {"--grad-o", K_STR, OFF(dO), "FILE", "no backward", "run the backward too: dL/do [B,T,H,dv]"},
-    {"--grad-state-out", K_STR, OFF(dS_end), "FILE", "0", "backward: dL/dS of the final state [B,H,dk,dv]"},
-    {"--grad-a-state-out", K_STR, OFF(dA_end), "FILE", "0", "backward: dL/dA of the final A [B,H,dk,dk]"},
-    {"--grad-n-state-out", K_STR, OFF(dn_end), "FILE", "0", "backward: dL/dn of the final n [B,H,dk]"},
-    {"--grad-q", K_STR, OFF(dq), "FILE", "not written", "backward: dL/dq [B,T,H,dk]"},
-    {"--grad-k", K_STR, OFF(dk), "FILE", "not written", "backward: dL/dk [B,T,H,dk]"},
-    {"--grad-v", K_STR, OFF(dv), "FILE", "not written", "backward: dL/dv [B,T,H,dv]"},
-    {"--grad-u", K_STR, OFF(du), "FILE", "not written", "backward: dL/du [B,T,H,dk] (needs --u)"},
-    {"--grad-beta", K_STR, OFF(dbeta), "FILE", "not written", "backward: dL/dbeta [B,T,H] (needs --beta)"},
-    {"--grad-g", K_STR, OFF(dg), "FILE", "not written", "backward: dL/dg [B,T,H] (delta-paper [B,T,H,dv]; needs --g)"},
-    {"--grad-state-in", K_STR, OFF(dS_0), "FILE", "not written", "backward: dL/dS of the initial state [B,H,dk,dv]"},
-    {"--grad-a-state-in", K_STR, OFF(dA_0), "FILE", "not written",
+    {"--algo", CLI_STR, OFF(algo), "A", "auto", "auto|sequential|scan|chunked|two-level|fused"},
+    {"--preset", CLI_STR, OFF(preset), "P", "none", "paper: the paper's VLA settings; explicit flags override it"},
+    {"--q", CLI_STR, OFF(q), "FILE", "required", "queries [B,T,H,dk]"},
+    {"--k", CLI_STR, OFF(k), "FILE", "required", "keys [B,T,H,dk]"},
+    {"--v", CLI_STR, OFF(v), "FILE", "required", "values [B,T,H,dv]"},
+    {"--u", CLI_STR, OFF(u), "FILE", "u = s_u * normalize(k)", "vla penalty vectors [B,T,H,dk]"},
+    {"--beta", CLI_STR, OFF(beta), "FILE", "1", "delta write strength [B,T,H], in (0,1]"},
+    {"--g", CLI_STR, OFF(g), "FILE", "1", "delta decay [B,T,H]; delta-paper gate per value row [B,T,H,dv]; in (0,1]"},
+    {"--o", CLI_STR, OFF(o), "FILE", "required", "output [B,T,H,dv], float32"},
+    {"--state-in", CLI_STR, OFF(S_in), "FILE", "S = 0", "initial state S [B,H,dk,dv]"},
+    {"--state-out", CLI_STR, OFF(S_out), "FILE", "not written", "final state S [B,H,dk,dv]"},
+    {"--a-state-in", CLI_STR, OFF(A_in), "FILE", "A = I/lambda0", "vla: initial A [B,H,dk,dk]"},
+    {"--a-state-out", CLI_STR, OFF(A_out), "FILE", "not written", "vla: final A [B,H,dk,dk]"},
+    {"--n-state-in", CLI_STR, OFF(n_in), "FILE", "n = 0", "initial normaliser n [B,H,dk]"},
+    {"--n-state-out", CLI_STR, OFF(n_out), "FILE", "not written", "final normaliser n [B,H,dk]"},
+    {"--grad-o", CLI_STR, OFF(dO), "FILE", "no backward", "run the backward too: dL/do [B,T,H,dv]"},
+    {"--grad-state-out", CLI_STR, OFF(dS_end), "FILE", "0", "backward: dL/dS of the final state [B,H,dk,dv]"},
+    {"--grad-a-state-out", CLI_STR, OFF(dA_end), "FILE", "0", "backward: dL/dA of the final A [B,H,dk,dk]"},
+    {"--grad-n-state-out", CLI_STR, OFF(dn_end), "FILE", "0", "backward: dL/dn of the final n [B,H,dk]"},
+    {"--grad-q", CLI_STR, OFF(dq), "FILE", "not written", "backward: dL/dq [B,T,H,dk]"},
+    {"--grad-k", CLI_STR, OFF(dk), "FILE", "not written", "backward: dL/dk [B,T,H,dk]"},
+    {"--grad-v", CLI_STR, OFF(dv), "FILE", "not written", "backward: dL/dv [B,T,H,dv]"},
+    {"--grad-u", CLI_STR, OFF(du), "FILE", "not written", "backward: dL/du [B,T,H,dk] (needs --u)"},
+    {"--grad-beta", CLI_STR, OFF(dbeta), "FILE", "not written", "backward: dL/dbeta [B,T,H] (needs --beta)"},
+    {"--grad-g", CLI_STR, OFF(dg), "FILE", "not written", "backward: dL/dg [B,T,H] (delta-paper [B,T,H,dv]; needs --g)"},
+    {"--grad-state-in", CLI_STR, OFF(dS_0), "FILE", "not written", "backward: dL/dS of the initial state [B,H,dk,dv]"},
+    {"--grad-a-state-in", CLI_STR, OFF(dA_0), "FILE", "not written",
      "backward: dL/dA of the initial A [B,H,dk,dk] (symmetric part)"},
-    {"--grad-n-state-in", K_STR, OFF(dn_0), "FILE", "not written", "backward: dL/dn of the initial n [B,H,dk]"},
-    {"--position", K_I64, OFF(position), "T0", "0", "absolute position of the first token (streaming)"},
-    {"--chunk", K_INT, OFF(chunk), "C", "64", "chunk size of the chunked forms"},
-    {"--segment-chunks", K_INT, OFF(segment_chunks), "N", "0 (backend picks)", "two-level: chunks per segment"},
-    {"--lambda0", K_DBL, OFF(lambda0), "X", "0.1", "vla: A_0 = I / lambda0, > 0"},
-    {"--eps", K_DBL, OFF(eps), "X", "1e-4", "normalisation floor and denominator, > 0"},
-    {"--refresh", K_INT, OFF(refresh), "R", "0 (never)", "vla: refresh period"},
-    {"--refresh-size", K_DBL, OFF(refresh_size), "RHO", "1e-3", "vla: refresh size"},
-    {"--u-scale", K_DBL, OFF(u_scale), "S", "1", "vla: scale s_u of u; 0 = 1/sqrt(dk)"},
-    {"--feature-map", K_STR, OFF(feature_map), "F", "elu1 for linear and delta-paper, else none",
+    {"--grad-n-state-in", CLI_STR, OFF(dn_0), "FILE", "not written", "backward: dL/dn of the initial n [B,H,dk]"},
+    {"--position", CLI_I64, OFF(position), "T0", "0", "absolute position of the first token (streaming)"},
+    {"--chunk", CLI_INT, OFF(chunk), "C", "64", "chunk size of the chunked forms"},
+    {"--segment-chunks", CLI_INT, OFF(segment_chunks), "N", "0 (backend picks)", "two-level: chunks per segment"},
+    {"--lambda0", CLI_DBL, OFF(lambda0), "X", "0.1", "vla: A_0 = I / lambda0, > 0"},
+    {"--eps", CLI_DBL, OFF(eps), "X", "1e-4", "normalisation floor and denominator, > 0"},
+    {"--refresh", CLI_INT, OFF(refresh), "R", "0 (never)", "vla: refresh period"},
+    {"--refresh-size", CLI_DBL, OFF(refresh_size), "RHO", "1e-3", "vla: refresh size"},
+    {"--u-scale", CLI_DBL, OFF(u_scale), "S", "1", "vla: scale s_u of u; 0 = 1/sqrt(dk)"},
+    {"--feature-map", CLI_STR, OFF(feature_map), "F", "elu1 for linear and delta-paper, else none",
      "none|elu1 (delta-paper: on q only)"},
-    {"--normalize-output", K_BOOL, OFF(normalize_output), NULL, "off", "vla: o = S q~ / max(q~ . n, eps)"},
-    {"--no-normalize-output", K_BOOL, OFF(no_normalize_output), NULL, "", "vla: unnormalised output (over a preset)"},
-    {"--scale", K_DBL, OFF(scale), "X", "0 = 1/sqrt(dk)", "softmax logit scale"},
-    {"--threads", K_INT, OFF(threads), "N", "0 (OpenMP default)", "cpu threads"},
-    {"--verbose", K_BOOL, OFF(verbose), NULL, "off", "one-line summary on stderr"},
-    {"--list-devices", K_BOOL, OFF(list_devices), NULL, "", "print the backends/devices and exit"},
-    {"--version", K_BOOL, OFF(version), NULL, "", "print the version and exit"},
-    {"--help", K_BOOL, OFF(help), NULL, "", "print this help and exit"},
+    {"--normalize-output", CLI_BOOL, OFF(normalize_output), NULL, "off", "vla: o = S q~ / max(q~ . n, eps)"},
+    {"--no-normalize-output", CLI_BOOL, OFF(no_normalize_output), NULL, "", "vla: unnormalised output (over a preset)"},
+    {"--scale", CLI_DBL, OFF(scale), "X", "0 = 1/sqrt(dk)", "softmax logit scale"},
+    {"--threads", CLI_INT, OFF(threads), "N", "0 (OpenMP default)", "cpu threads"},
+    {"--verbose", CLI_BOOL, OFF(verbose), NULL, "off", "one-line summary on stderr"},
+    {"--list-devices", CLI_BOOL, OFF(list_devices), NULL, "", "print the backends/devices and exit"},
+    {"--version", CLI_BOOL, OFF(version), NULL, "", "print the version and exit"},
+    {"--help", CLI_BOOL, OFF(help), NULL, "", "print this help and exit"},
 };
 #define N_FLAGS ((int)(sizeof flags / sizeof flags[0]))
 _Static_assert(sizeof flags / sizeof flags[0] <= sizeof((opts *)0)->set, "opts.set is too small for the flag table");
@@ -143,13 +131,7 @@ _Static_assert(sizeof flags / sizeof flags[0] <= sizeof((opts *)0)->set, "opts.s
 static void print_help(void) {
     printf("usage: vla-run --mechanism M --q FILE --k FILE --v FILE --o FILE [options]\n"
            "Runs one libvla attention op on .npy files (float32/float64 in, float32 out).\n\n");
-    for (int i = 0; i < N_FLAGS; i++) {
-        char lhs[48];
-        snprintf(lhs, sizeof lhs, "%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
-        printf("  %-26s %s", lhs, flags[i].help);
-        if (flags[i].def[0]) printf(" (default: %s)", flags[i].def);
-        printf("\n");
-    }
+    cli_print_flags(flags, N_FLAGS, 26);
     printf("\nFlags take their value as --flag VALUE or --flag=VALUE. With --preset, explicit flags\n"
            "override the preset whatever their order. --grad-o runs the backward after the forward\n"
            "(the gradients of L = <grad-o, o> + <grad-state-out, S> + ...; --algo picks its algorithm:\n"
@@ -158,27 +140,12 @@ static void print_help(void) {
 }
 
 /* Stores one flag's value into o. */
-static int set_value(opts *o, const flag *f, const char *val) {
-    void *p = (char *)o + f->off;
-    const char *bad = NULL;
-    int64_t i = 0;
-    switch (f->kind) {
-    case K_STR:
-        if (!*val) bad = "empty value";
-        else *(const char **)p = val;
-        break;
-    case K_INT:
-        if (!(bad = cli_parse_i64(val, INT_MIN, INT_MAX, &i))) *(int *)p = (int)i;
-        break;
-    case K_I64: bad = cli_parse_i64(val, INT64_MIN, INT64_MAX, (int64_t *)p); break;
-    case K_DBL: bad = cli_parse_double(val, (double *)p); break;
-    case K_BOOL: *(int *)p = 1; break;
-    }
-    if (bad) return fail(EXIT_USAGE, f->name, "%s: '%s'", bad, val);
-    return 0;
+static int set_value(opts *o, const cli_flag *f, const char *val) {
+    const char *bad = cli_store_flag(o, f, val);
+    return bad ? fail(EXIT_USAGE, f->name, "%s: '%s'", bad, val) : 0;
 }
 
-static const flag *find_flag(const char *name, size_t len) {
+static const cli_flag *find_flag(const char *name, size_t len) {
     for (int i = 0; i < N_FLAGS; i++)
         if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) return &flags[i];
     return NULL;
@@ -190,13 +157,13 @@ static int parse_args(int argc, char **argv, opts *o) {
         const char *a = argv[i], *eq = strchr(a, '=');
         if (strcmp(a, "-h") == 0) a = "--help";
         size_t len = eq && strncmp(a, "--", 2) == 0 ? (size_t)(eq - a) : strlen(a);
-        const flag *f = strncmp(a, "--", 2) == 0 ? find_flag(a, len) : NULL;
+        const cli_flag *f = strncmp(a, "--", 2) == 0 ? find_flag(a, len) : NULL;
         if (!f) {
             if (strncmp(a, "-", 1) == 0) return fail(EXIT_USAGE, a, "unknown flag (see --help)");
             return fail(EXIT_USAGE, a, "unexpected argument (every input is given with a flag; see --help)");
         }
         o->set[f - flags] = 1;
-        if (f->kind == K_BOOL) {
+        if (f->kind == CLI_BOOL) {
             if (a[len]) return fail(EXIT_USAGE, f->name, "takes no value");
             set_value(o, f, "");
             continue;

@@ -63,8 +63,7 @@ static int fail(int code, const char *what, const char *fmt, ...) {
 
 /* A library failure: the library's message, without its "vla_function: " prefix. */
 static int lib_fail(const char *what, vla_status s) {
-    const char *msg = vla_last_message(), *colon = strstr(msg, ": ");
-    if (strncmp(msg, "vla_", 4) == 0 && colon && !memchr(msg, ' ', (size_t)(colon - msg))) msg = colon + 2;
+    const char *msg = cli_lib_message(vla_last_message());
     return fail(EXIT_FAILED, what, "%s", msg[0] ? msg : vla_status_string(s));
 }
 
@@ -79,45 +78,36 @@ typedef struct opts {
     unsigned char set[64]; /* set[i]: flags[i] was given */
 } opts;
 
-typedef enum kind { K_STR, K_INT, K_I64, K_DBL, K_BOOL } kind;
-
-typedef struct flag {
-    const char *name;
-    kind kind;
-    size_t off;
-    const char *arg, *def, *help;
-} flag;
-
 #define OFF(f) offsetof(opts, f)
-static const flag flags[] = {
-    {"--backend", K_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
-    {"--mechanism", K_STR, OFF(mechanism), "M", "vla", "softmax|linear|delta|vla|deltanet (below)"},
-    {"--task", K_STR, OFF(task), "T", "mqar", "mqar|mqar-zoology|copy|copy-paper (below)"},
-    {"--algo", K_STR, OFF(algo), "A", "auto", "the attention op's algorithm, forward and backward: auto, sequential, chunked"},
-    {"--pairs", K_INT, OFF(pairs), "N", "24", "key-value pairs (mqar, mqar-zoology)"},
-    {"--seq-len", K_INT, OFF(seq_len), "T", "mqar 3n+1, mqar-zoology 4n, copy 64", "sequence length"},
-    {"--steps", K_I64, OFF(steps), "N", "3000", "optimizer steps (the schedule's length)"},
-    {"--batch", K_INT, OFF(batch), "B", "64", "sequences per step (a fresh batch every step)"},
-    {"--lr", K_DBL, OFF(lr), "X", "3e-4", "peak learning rate"},
-    {"--warmup", K_I64, OFF(warmup), "W", "steps/10", "linear warmup steps, then cosine to 0"},
-    {"--weight-decay", K_DBL, OFF(weight_decay), "X", "1e-2", "AdamW's decoupled weight decay (every parameter)"},
-    {"--clip", K_DBL, OFF(clip), "X", "1.0", "clip the gradient to this global norm; 0 = off"},
-    {"--seed", K_I64, OFF(seed), "S", "42", "seed of the init, the training and the evaluation streams"},
-    {"--eval-batches", K_INT, OFF(eval_batches), "N", "20", "evaluation batches"},
-    {"--eval-batch", K_INT, OFF(eval_batch), "B", "32", "sequences per evaluation batch"},
-    {"--eval-every", K_I64, OFF(eval_every), "N", "0: at the end only", "also evaluate every N steps"},
-    {"--log-every", K_I64, OFF(log_every), "N", "10", "status line and CSV row every N steps (and the last)"},
-    {"--ckpt-every", K_I64, OFF(ckpt_every), "N", "500", "checkpoint every N steps (and at the end); 0 = end only"},
-    {"--stop-after", K_I64, OFF(stop_after), "S", "0: run to --steps",
+static const cli_flag flags[] = {
+    {"--backend", CLI_STR, OFF(backend), "NAME", "cpu", "backend/device: cpu, cuda[:N], opencl[:P:D], auto"},
+    {"--mechanism", CLI_STR, OFF(mechanism), "M", "vla", "softmax|linear|delta|vla|deltanet (below)"},
+    {"--task", CLI_STR, OFF(task), "T", "mqar", "mqar|mqar-zoology|copy|copy-paper (below)"},
+    {"--algo", CLI_STR, OFF(algo), "A", "auto", "the attention op's algorithm, forward and backward: auto, sequential, chunked"},
+    {"--pairs", CLI_INT, OFF(pairs), "N", "24", "key-value pairs (mqar, mqar-zoology)"},
+    {"--seq-len", CLI_INT, OFF(seq_len), "T", "mqar 3n+1, mqar-zoology 4n, copy 64", "sequence length"},
+    {"--steps", CLI_I64, OFF(steps), "N", "3000", "optimizer steps (the schedule's length)"},
+    {"--batch", CLI_INT, OFF(batch), "B", "64", "sequences per step (a fresh batch every step)"},
+    {"--lr", CLI_DBL, OFF(lr), "X", "3e-4", "peak learning rate"},
+    {"--warmup", CLI_I64, OFF(warmup), "W", "steps/10", "linear warmup steps, then cosine to 0"},
+    {"--weight-decay", CLI_DBL, OFF(weight_decay), "X", "1e-2", "AdamW's decoupled weight decay (every parameter)"},
+    {"--clip", CLI_DBL, OFF(clip), "X", "1.0", "clip the gradient to this global norm; 0 = off"},
+    {"--seed", CLI_I64, OFF(seed), "S", "42", "seed of the init, the training and the evaluation streams"},
+    {"--eval-batches", CLI_INT, OFF(eval_batches), "N", "20", "evaluation batches"},
+    {"--eval-batch", CLI_INT, OFF(eval_batch), "B", "32", "sequences per evaluation batch"},
+    {"--eval-every", CLI_I64, OFF(eval_every), "N", "0: at the end only", "also evaluate every N steps"},
+    {"--log-every", CLI_I64, OFF(log_every), "N", "10", "status line and CSV row every N steps (and the last)"},
+    {"--ckpt-every", CLI_I64, OFF(ckpt_every), "N", "500", "checkpoint every N steps (and at the end); 0 = end only"},
+    {"--stop-after", CLI_I64, OFF(stop_after), "S", "0: run to --steps",
      "stop after step S with a checkpoint, as an interrupt would"},
-    {"--threads", K_INT, OFF(threads), "N", "0: OpenMP's default", "cpu threads"},
-    {"--out", K_STR, OFF(out), "DIR", "train-<mechanism>-<task>-seed<seed>",
+    {"--threads", CLI_INT, OFF(threads), "N", "0: OpenMP's default", "cpu threads"},
+    {"--out", CLI_STR, OFF(out), "DIR", "train-<mechanism>-<task>-seed<seed>",
      "run directory: train.csv, checkpoint.bin, summary.csv (profile.csv)"},
-    {"--resume", K_BOOL, OFF(resume), NULL, "off", "continue the run in --out from its checkpoint"},
-    {"--profile", K_BOOL, OFF(profile), NULL, "off",
+    {"--resume", CLI_BOOL, OFF(resume), NULL, "off", "continue the run in --out from its checkpoint"},
+    {"--profile", CLI_BOOL, OFF(profile), NULL, "off",
      "time each step's attention op, matrix products and the rest (below; slows the run)"},
-    {"--version", K_BOOL, OFF(version), NULL, "", "print the version and exit"},
-    {"--help", K_BOOL, OFF(help), NULL, "", "print this help and exit"},
+    {"--version", CLI_BOOL, OFF(version), NULL, "", "print the version and exit"},
+    {"--help", CLI_BOOL, OFF(help), NULL, "", "print this help and exit"},
 };
 #define N_FLAGS ((int)(sizeof flags / sizeof flags[0]))
 _Static_assert(sizeof flags / sizeof flags[0] <= sizeof((opts *)0)->set, "opts.set is too small for the flag table");
@@ -126,13 +116,7 @@ static void print_help(void) {
     printf("usage: vla-train [options]\n"
            "Trains the paper's TinyLM (V 128, d 128, 4 heads, 2 blocks, FFN 256; docs/TRAINER.md) with one\n"
            "attention mechanism on a recall or copy task and reports exact-match accuracy.\n\n");
-    for (int i = 0; i < N_FLAGS; i++) {
-        char lhs[48];
-        snprintf(lhs, sizeof lhs, "%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
-        printf("  %-22s %s", lhs, flags[i].help);
-        if (flags[i].def[0]) printf(" (default: %s)", flags[i].def);
-        printf("\n");
-    }
+    cli_print_flags(flags, N_FLAGS, 22);
     printf(
         "\nMechanisms: softmax (causal, scale 1/sqrt(dh)); linear (elu+1 features); delta (standard DeltaNet,\n"
         "beta = sigmoid(w . x + b) per head; not in the paper: an extra baseline); vla (the library's `paper`\n"
@@ -184,24 +168,9 @@ static void print_help(void) {
         "one line on stderr and no existing file changed.\n");
 }
 
-static int set_value(opts *o, const flag *f, const char *val) {
-    void *p = (char *)o + f->off;
-    const char *bad = NULL;
-    int64_t i = 0;
-    switch (f->kind) {
-    case K_STR:
-        if (!*val) bad = "empty value";
-        else *(const char **)p = val;
-        break;
-    case K_INT:
-        if (!(bad = cli_parse_i64(val, INT_MIN, INT_MAX, &i))) *(int *)p = (int)i;
-        break;
-    case K_I64: bad = cli_parse_i64(val, INT64_MIN, INT64_MAX, (int64_t *)p); break;
-    case K_DBL: bad = cli_parse_double(val, (double *)p); break;
-    case K_BOOL: *(int *)p = 1; break;
-    }
-    if (bad) return fail(EXIT_USAGE, f->name, "%s: '%s'", bad, val);
-    return 0;
+static int set_value(opts *o, const cli_flag *f, const char *val) {
+    const char *bad = cli_store_flag(o, f, val);
+    return bad ? fail(EXIT_USAGE, f->name, "%s: '%s'", bad, val) : 0;
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
@@ -218,9 +187,9 @@ static int parse_args(int argc, char **argv, opts *o) {
         for (int j = 0; j < N_FLAGS; j++)
             if (strlen(flags[j].name) == len && strncmp(flags[j].name, a, len) == 0) k = j;
         if (k < 0) return fail(EXIT_USAGE, a, "unknown flag (see --help)");
-        const flag *f = &flags[k];
+        const cli_flag *f = &flags[k];
         const char *val = NULL;
-        if (f->kind == K_BOOL) {
+        if (f->kind == CLI_BOOL) {
             if (eq) return fail(EXIT_USAGE, f->name, "takes no value");
         } else if (eq) {
             val = eq + 1;

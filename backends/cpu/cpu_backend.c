@@ -60,6 +60,24 @@ static int max_threads(const vla_backend *b) {
 
 int cpu_max_threads(const vla_backend *b) { return max_threads(b); }
 
+void cpu_split_threads(const vla_backend *b, int heads, int *outer, int *inner) {
+    const int nt = max_threads(b);
+    *outer = heads < nt ? heads : nt;
+    *inner = *outer == 1 ? nt : 1;
+}
+
+vla_status cpu_head_work_alloc(vla_backend *b, const char *fn, const vla_attn_desc *d, int T, size_t per_head,
+                               size_t elem, int threads, void **mem) {
+    if (per_head > SIZE_MAX / elem / (size_t)threads)
+        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "%s: work memory for T = %d overflows", fn, T);
+    *mem = aligned_alloc(64, per_head * elem * threads);
+    if (!*mem)
+        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY,
+                        "%s: could not allocate %.1f MiB of work memory (%s, T = %d, %d threads)", fn,
+                        (double)per_head * elem * threads / 1048576.0, vla_algorithm_name(d->algorithm), T, threads);
+    return VLA_OK;
+}
+
 static void cpu_describe(char *out, size_t n, int threads);
 
 static vla_status cpu_set_threads(vla_backend *b, int threads) {
@@ -236,25 +254,17 @@ static vla_status cpu_forward(vla_backend *b, const vla_attn_desc *d, const vla_
                         vla_algorithm_name(d->algorithm), vla_mechanism_name(d->mechanism));
 
     const int heads = a->B * a->H;
-    const int nt = max_threads(b);
-    const int outer = heads < nt ? heads : nt;  /* threads over heads */
-    const int inner = outer == 1 ? nt : 1;      /* threads inside one head when heads are few */
+    int outer = 1, inner = 1;
+    cpu_split_threads(b, heads, &outer, &inner);
     cpu_params p = {.chunk = d->chunk, .segment_chunks = d->segment_chunks, .eps = (float)d->eps,
                     .refresh = d->refresh, .rho = (float)d->refresh_size, .normalize = d->normalize_output,
                     .scale = (float)d->scale, .inner_threads = inner};
     const size_t gate_width = d->mechanism == VLA_MECH_DELTA_PAPER ? (size_t)a->dv : 1;
     const head_layout L = layout(a, gate_width, k->work(a->T, a->dk, a->dv, &p));
-
-    /* Every byte of work memory is taken before anything is written: on failure the caller's
-     * buffers are untouched. */
-    if (L.total > SIZE_MAX / sizeof(float) / (size_t)outer)
-        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "vla_attention_forward: work memory for T = %d overflows", a->T);
-    float *mem = aligned_alloc(64, L.total * sizeof(float) * outer);
-    if (!mem)
-        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY,
-                        "vla_attention_forward: could not allocate %.1f MiB of work memory (%s, T = %d, %d threads)",
-                        (double)L.total * sizeof(float) * outer / 1048576.0, vla_algorithm_name(d->algorithm), a->T,
-                        outer);
+    void *work = NULL;
+    vla_status s = cpu_head_work_alloc(b, "vla_attention_forward", d, a->T, L.total, sizeof(float), outer, &work);
+    if (s != VLA_OK) return s;
+    float *mem = work;
 #ifdef VLA_HAVE_CBLAS
     openblas_set_num_threads(1); /* our threads are over heads; nested BLAS threads only contend */
 #endif

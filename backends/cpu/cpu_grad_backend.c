@@ -267,25 +267,18 @@ vla_status cpu_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_a
                         vla_algorithm_name(d->algorithm), vla_mechanism_name(d->mechanism));
 
     const int heads = a->B * a->H;
-    const int nt = cpu_max_threads(b);
-    const int outer = heads < nt ? heads : nt; /* threads over heads */
-    const int inner = outer == 1 ? nt : 1;     /* threads inside one head when heads are few */
+    int outer = 1, inner = 1;
+    cpu_split_threads(b, heads, &outer, &inner);
     const char *apart = getenv("VLA_CPU_APART"); /* read here, before the threads */
     const cpu_grad_params p = {.chunk = d->chunk, .eps = d->eps, .refresh = d->refresh, .rho = d->refresh_size,
                                .normalize = d->normalize_output, .scale = d->scale, .inner_threads = inner,
                                .apart_segment = apart && strcmp(apart, "segment") == 0};
     const size_t gate_width = d->mechanism == VLA_MECH_DELTA_PAPER ? (size_t)a->dv : 1;
     const grad_layout L = grad_layout_of(a, gate_width, k->work(a->T, a->dk, a->dv, &p));
-
-    /* All work memory is taken before anything is written: on failure the outputs are untouched. */
-    if (L.total > SIZE_MAX / sizeof(double) / (size_t)outer)
-        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY, "vla_attention_backward: work memory for T = %d overflows", a->T);
-    double *mem = aligned_alloc(64, L.total * sizeof(double) * outer);
-    if (!mem)
-        return vla_fail(b, VLA_ERR_OUT_OF_MEMORY,
-                        "vla_attention_backward: could not allocate %.1f MiB of work memory (%s, T = %d, %d threads)",
-                        (double)L.total * sizeof(double) * outer / 1048576.0, vla_algorithm_name(d->algorithm), a->T,
-                        outer);
+    void *work = NULL;
+    vla_status s = cpu_head_work_alloc(b, "vla_attention_backward", d, a->T, L.total, sizeof(double), outer, &work);
+    if (s != VLA_OK) return s;
+    double *mem = work;
 #ifdef VLA_HAVE_CBLAS
     openblas_set_num_threads(1); /* as the forward: our threads are over heads (or softmax's tiles) */
 #endif

@@ -119,6 +119,14 @@ static inline size_t cpu_row_offset(const vla_attn_args *a, int b, int t, int h,
 }
 /* Threads the backend runs with (set_threads, or OpenMP's default). */
 int cpu_max_threads(const vla_backend *b);
+/* How a dispatcher spreads its threads over `heads` (batch, head) pairs: `outer` threads over the
+ * heads, and `inner` inside one head when the heads are fewer than the threads. */
+void cpu_split_threads(const vla_backend *b, int heads, int *outer, int *inner);
+/* The dispatcher's work memory: `per_head` elements of `elem` bytes for each of `threads` heads
+ * at once, 64-byte aligned (free it with free). Taken before anything is written, so that a
+ * failure (VLA_ERR_OUT_OF_MEMORY, under `fn`'s name) leaves the caller's buffers untouched. */
+vla_status cpu_head_work_alloc(vla_backend *b, const char *fn, const vla_attn_desc *d, int T, size_t per_head,
+                               size_t elem, int threads, void **mem);
 /* The backward op (cpu_grad_backend.c), on validated and resolved arguments. */
 vla_status cpu_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g);
 

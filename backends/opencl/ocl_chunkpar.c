@@ -122,51 +122,21 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
     return s == VLA_ERR_OUT_OF_MEMORY ? VLA_OK : s;
 }
 
-/* ---- launches (as ocl_ops.c's) ---- */
+/* ---- launches (ocl_launch, ocl_internal.h): short spellings of the argument setters ---- */
 
-typedef struct cp_launch {
-    vla_backend *b;
-    ocl_kernel_id id;
-    cl_kernel k;
-    cl_uint n;
-    cl_int err;
-} cp_launch;
+static void m_(ocl_launch *l, cl_mem m) { ocl_launch_arg(l, sizeof m, &m); }
+static void i_(ocl_launch *l, int v) { ocl_launch_arg(l, sizeof v, &v); }
+static void f_(ocl_launch *l, float v) { ocl_launch_arg(l, sizeof v, &v); }
 
-static cp_launch cp_start(vla_backend *b, ocl_kernel_id id) {
-    cp_launch l = {b, id, ((ocl_ctx *)b->context)->kernels[id], 0, CL_SUCCESS};
-    return l;
-}
-static void cp_arg(cp_launch *l, size_t size, const void *v) {
-    cl_int e = clSetKernelArg(l->k, l->n++, size, v);
-    if (l->err == CL_SUCCESS) l->err = e;
-}
-static void m_(cp_launch *l, cl_mem m) { cp_arg(l, sizeof m, &m); }
-static void i_(cp_launch *l, int v) { cp_arg(l, sizeof v, &v); }
-static void f_(cp_launch *l, float v) { cp_arg(l, sizeof v, &v); }
-
-static vla_status cp_run(cp_launch *l, size_t groups, int want) {
-    ocl_ctx *ctx = l->b->context;
+/* Enqueues `groups` work-groups of `want` items, fitted to the kernel by ocl_wg from 32 up;
+ * below 32 as given: a CPU device's one-item groups (cp_tune). */
+static vla_status cp_run(ocl_launch *l, size_t groups, int want) {
     size_t wg = (size_t)want;
-    if (want >= 32) { /* below 32: a CPU device's one-item groups (cp_tune) */
+    if (want >= 32) {
         vla_status s = ocl_wg(l->b, l->id, want, &wg);
         if (s != VLA_OK) return s;
     }
-    if (l->err != CL_SUCCESS) return ocl_fail(l->b, l->err, "clSetKernelArg", ocl_kernel_names[l->id]);
-    if (groups == 0) return VLA_OK;
-    const size_t global = groups * wg;
-    cl_event ev = NULL;
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, l->k, 1, NULL, &global, &wg, 0, NULL, ctx->profile ? &ev : NULL);
-    if (err != CL_SUCCESS) return ocl_fail(l->b, err, "clEnqueueNDRangeKernel", ocl_kernel_names[l->id]);
-    if (ev) {
-        cl_ulong t0 = 0, t1 = 0;
-        clWaitForEvents(1, &ev);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-        clReleaseEvent(ev);
-        ctx->prof_ns[l->id] += (double)(t1 - t0);
-        ctx->prof_calls[l->id]++;
-    }
-    return VLA_OK;
+    return ocl_launch_run(l, groups, wg);
 }
 
 #define TRY(x)                       \
@@ -184,20 +154,20 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     const int big = dk + dv > C ? dk + dv : C; /* the widest loop of a per-chunk kernel */
     const int cw = tn->chunk_wg < big ? tn->chunk_wg : big;
     if (c->mode == 2) {
-        cp_launch g = cp_start(b, OCL_K_CP_GRAM);
+        ocl_launch g = ocl_launch_start(b, OCL_K_CP_GRAM);
         m_(&g, c->starts), i_(&g, nch), m_(&g, WS(UU)), m_(&g, WS(CPGR)), i_(&g, T), i_(&g, dk);
         TRY(cp_run(&g, chunks, cw));
         const int span = ctx->cp_gpu ? tn->flat_wg : dk * dk; /* CPU devices: one item a head */
         const int per_head = (dk * dk + span - 1) / span;
-        cp_launch p = cp_start(b, OCL_K_CP_PREFIX);
+        ocl_launch p = ocl_launch_start(b, OCL_K_CP_PREFIX);
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
-        cp_launch ap = cp_start(b, OCL_K_CP_APART);
+        ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART);
         m_(&ap, c->starts), i_(&ap, nch), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(CPZ)), m_(&ap, WS(CPG)),
             m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, C), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
         TRY(cp_run(&ap, chunks, cw));
         if (a->A_out) {
-            cp_launch e = cp_start(b, OCL_K_CP_AEND);
+            ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             TRY(cp_run(&e, BH, dk < tn->chunk_wg ? dk : tn->chunk_wg));
         }
@@ -205,7 +175,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     const cl_mem dummy = ctx->dummy, gm = c->has_g ? c->g : dummy;
     const cl_mem gam = c->has_g ? WS(GAM) : dummy, dl = c->has_g ? WS(DL) : dummy;
     {
-        cp_launch l = cp_start(b, OCL_K_CP_SFAC);
+        ocl_launch l = ocl_launch_start(b, OCL_K_CP_SFAC);
         m_(&l, c->starts), i_(&l, nch), m_(&l, c->kr), m_(&l, c->w), m_(&l, c->q), m_(&l, c->v), m_(&l, gm),
             i_(&l, c->has_g), i_(&l, c->residual), m_(&l, WS(WR)), m_(&l, WS(Y)), m_(&l, WS(MQ)),
             m_(&l, c->has_g ? WS(DM) : dummy), m_(&l, WS(LM)), m_(&l, gam), m_(&l, dl), m_(&l, WS(CPT)),
@@ -217,12 +187,12 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
          * columns a group. */
         const int span = ctx->cp_gpu ? tn->walk_wg : dv;
         const int per_head = (dv + span - 1) / span;
-        cp_launch w = cp_start(b, OCL_K_CP_WALK);
+        ocl_launch w = ocl_launch_start(b, OCL_K_CP_WALK);
         m_(&w, WS(MAPS)), i_(&w, nch), m_(&w, WS(CPX)), m_(&w, WS(ST)), i_(&w, dk), i_(&w, dv), i_(&w, per_head),
             i_(&w, span), i_(&w, !c->residual && !c->has_g);
         TRY(cp_run(&w, BH * (size_t)per_head, tn->walk_wg));
     }
-    cp_launch o = cp_start(b, OCL_K_CP_OUT);
+    ocl_launch o = ocl_launch_start(b, OCL_K_CP_OUT);
     m_(&o, c->starts), i_(&o, nch), m_(&o, c->q), m_(&o, WS(WR)), m_(&o, WS(Y)), m_(&o, WS(MQ)), m_(&o, gam),
         i_(&o, c->has_g), i_(&o, c->residual), m_(&o, WS(CPX)), m_(&o, WS(CPO)), m_(&o, c->o), i_(&o, T), i_(&o, c->H),
         i_(&o, dk), i_(&o, dv), i_(&o, C);
@@ -230,10 +200,10 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     const int linear = d->mechanism == VLA_MECH_LINEAR;
     if (linear || (d->mechanism == VLA_MECH_VLA && d->normalize_output)) {
         const int nw = dk < cw ? dk : cw;
-        cp_launch ns = cp_start(b, OCL_K_CP_NSUM);
+        ocl_launch ns = ocl_launch_start(b, OCL_K_CP_NSUM);
         m_(&ns, c->starts), i_(&ns, nch), m_(&ns, WS(KF)), m_(&ns, WS(CPN)), i_(&ns, T), i_(&ns, dk);
         TRY(cp_run(&ns, chunks, nw));
-        cp_launch n = cp_start(b, OCL_K_CP_NORM);
+        ocl_launch n = ocl_launch_start(b, OCL_K_CP_NORM);
         m_(&n, c->starts), i_(&n, nch), m_(&n, WS(KF)), m_(&n, c->q), m_(&n, WS(CPN)),
             m_(&n, a->n_in ? (cl_mem)a->n_in->mem : dummy), i_(&n, a->n_in != NULL), m_(&n, c->o), i_(&n, T),
             i_(&n, c->H), i_(&n, dk), i_(&n, dv), f_(&n, (float)d->eps), i_(&n, linear);

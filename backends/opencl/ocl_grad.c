@@ -79,48 +79,11 @@ static vla_status gws(vla_backend *b, ocl_gws w, size_t bytes) {
     return VLA_OK;
 }
 
-/* ---- launches (as ocl_ops.c's) ---- */
+/* ---- launches (ocl_launch, ocl_internal.h): short spellings of the argument setters ---- */
 
-typedef struct glaunch {
-    vla_backend *b;
-    ocl_kernel_id id;
-    cl_kernel k;
-    cl_uint n;
-    cl_int err;
-} glaunch;
-
-static glaunch gstart(vla_backend *b, ocl_kernel_id id) {
-    glaunch l = {b, id, ((ocl_ctx *)b->context)->kernels[id], 0, CL_SUCCESS};
-    return l;
-}
-static void garg(glaunch *l, size_t size, const void *value) {
-    cl_int e = clSetKernelArg(l->k, l->n++, size, value);
-    if (l->err == CL_SUCCESS) l->err = e;
-}
-static void g_mem(glaunch *l, cl_mem m) { garg(l, sizeof m, &m); }
-static void g_int(glaunch *l, int v) { garg(l, sizeof v, &v); }
-static void g_flt(glaunch *l, float v) { garg(l, sizeof v, &v); }
-
-static vla_status grun(glaunch *l, size_t groups, size_t wg) {
-    ocl_ctx *ctx = l->b->context;
-    if (l->err != CL_SUCCESS) return ocl_fail(l->b, l->err, "clSetKernelArg", ocl_kernel_names[l->id]);
-    if (groups == 0) return VLA_OK;
-    const size_t global = groups * wg;
-    cl_event ev = NULL;
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, l->k, 1, NULL, &global, &wg, 0, NULL, ctx->profile ? &ev : NULL);
-    if (err != CL_SUCCESS) return ocl_fail(l->b, err, "clEnqueueNDRangeKernel", ocl_kernel_names[l->id]);
-    if (ev) {
-        cl_ulong t0 = 0, t1 = 0;
-        clWaitForEvents(1, &ev);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-        clReleaseEvent(ev);
-        ctx->prof_ns[l->id] += (double)(t1 - t0);
-        ctx->prof_calls[l->id]++;
-    }
-    return VLA_OK;
-}
-static vla_status grun_items(glaunch *l, size_t items, size_t wg) { return grun(l, (items + wg - 1) / wg, wg); }
+static void g_mem(ocl_launch *l, cl_mem m) { ocl_launch_arg(l, sizeof m, &m); }
+static void g_int(ocl_launch *l, int v) { ocl_launch_arg(l, sizeof v, &v); }
+static void g_flt(ocl_launch *l, float v) { ocl_launch_arg(l, sizeof v, &v); }
 
 #define GW(x) (ctx->gws[OCL_GW_##x])
 #define MEM(buf) ((buf) ? (cl_mem)(buf)->mem : ctx->dummy)
@@ -161,25 +124,25 @@ static vla_status backward_softmax(vla_backend *b, const vla_attn_desc *d, const
     TRY(gws(b, OCL_GW_SM_D, mul4(nrows, sizeof(float), 1, 1)));
     const float scale = (float)d->scale;
 
-    glaunch l = gstart(b, OCL_K_GRAD_SM_STATS);
+    ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_SM_STATS);
     g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(g->dO)), g_mem(&l, GW(SM_M)),
         g_mem(&l, GW(SM_L)), g_mem(&l, GW(SM_D)), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, dv),
         g_flt(&l, scale), g_int(&l, (int)nrows);
-    TRY(grun_items(&l, nrows, wg[0]));
+    TRY(ocl_launch_items(&l, nrows, wg[0]));
     if (g->dq) {
-        glaunch q = gstart(b, OCL_K_GRAD_SM_DQ);
+        ocl_launch q = ocl_launch_start(b, OCL_K_GRAD_SM_DQ);
         g_mem(&q, MEM(a->q)), g_mem(&q, MEM(a->k)), g_mem(&q, MEM(a->v)), g_mem(&q, MEM(g->dO)), g_mem(&q, GW(SM_M)),
             g_mem(&q, GW(SM_L)), g_mem(&q, GW(SM_D)), g_mem(&q, MEM(g->dq)), g_int(&q, T), g_int(&q, H),
             g_int(&q, dk), g_int(&q, dv), g_flt(&q, scale), g_int(&q, (int)nrows);
-        TRY(grun_items(&q, nrows, wg[1]));
+        TRY(ocl_launch_items(&q, nrows, wg[1]));
     }
     if (g->dk || g->dv) {
-        glaunch k = gstart(b, OCL_K_GRAD_SM_DKV);
+        ocl_launch k = ocl_launch_start(b, OCL_K_GRAD_SM_DKV);
         g_mem(&k, MEM(a->q)), g_mem(&k, MEM(a->k)), g_mem(&k, MEM(a->v)), g_mem(&k, MEM(g->dO)), g_mem(&k, GW(SM_M)),
             g_mem(&k, GW(SM_L)), g_mem(&k, GW(SM_D)), g_mem(&k, MEM(g->dk)), g_mem(&k, MEM(g->dv)),
             g_int(&k, g->dk != NULL), g_int(&k, g->dv != NULL), g_int(&k, T), g_int(&k, H), g_int(&k, dk),
             g_int(&k, dv), g_flt(&k, scale), g_int(&k, (int)nrows);
-        TRY(grun_items(&k, nrows, wg[2]));
+        TRY(ocl_launch_items(&k, nrows, wg[2]));
     }
     return VLA_OK;
 }
@@ -262,19 +225,19 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         if (vla || delta) flags |= PREP_KH;
         if (vla) flags |= PREP_UU | (a->u ? PREP_HAS_U : 0);
         if (delta && a->beta) flags |= PREP_W;
-        glaunch l = gstart(b, OCL_K_PREP);
+        ocl_launch l = ocl_launch_start(b, OCL_K_PREP);
         g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, MEM(a->u)), g_mem(&l, MEM(a->beta));
         g_mem(&l, GW(QF)), g_mem(&l, OPT(GW(KF))), g_mem(&l, OPT(GW(KH))), g_mem(&l, OPT(GW(UU)));
         g_mem(&l, (delta && a->beta) ? GW(W) : ctx->dummy);
         g_int(&l, a->B), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, (int)d->feature_map), g_int(&l, flags);
         g_flt(&l, eps), g_flt(&l, (float)d->u_scale);
-        TRY(grun_items(&l, rows, wg_prep));
+        TRY(ocl_launch_items(&l, rows, wg_prep));
     }
     if (has_n) {
-        glaunch l = gstart(b, OCL_K_GRAD_NORM_DEN);
+        ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_NORM_DEN);
         g_mem(&l, GW(QF)), g_mem(&l, GW(KF)), g_mem(&l, MEM(a->n_in)), g_int(&l, a->n_in != NULL), g_mem(&l, GW(QN)),
             g_int(&l, T), g_int(&l, dk);
-        TRY(grun(&l, BH, wg_den));
+        TRY(ocl_launch_run(&l, BH, wg_den));
     }
 
     /* 4. The recurrent backward. */
@@ -291,7 +254,7 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
     /* The normaliser's backward reads dq~ (and, for linear, dk~) as the recurrent kernel leaves them. */
     if (has_n) outs |= GO_DQ | (linear ? GO_DK : 0);
     if (vla) {
-        glaunch l = gstart(b, OCL_K_GRAD_VLA);
+        ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_VLA);
         g_mem(&l, GW(UU)), g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->S_in)),
             g_int(&l, a->S_in != NULL), g_mem(&l, MEM(a->A_in)), g_int(&l, a->A_in != NULL),
             g_flt(&l, (float)(1.0 / d->lambda0)), g_mem(&l, MEM(g->dS_end)), g_int(&l, g->dS_end != NULL),
@@ -303,9 +266,9 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         g_mem(&l, GW(DQF)), g_mem(&l, GW(DKH)), g_mem(&l, GW(DUU)), g_mem(&l, MEM(g->dv)), g_mem(&l, OPT(GW(R))),
             g_mem(&l, MEM(g->dS_0)), g_mem(&l, MEM(g->dA_0)), g_int(&l, outs), g_int(&l, T), g_int(&l, H),
             g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch);
-        TRY(grun(&l, BH, wg_core));
+        TRY(ocl_launch_run(&l, BH, wg_core));
     } else {
-        glaunch l = gstart(b, OCL_K_GRAD_GDR);
+        ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_GDR);
         g_mem(&l, delta ? GW(KH) : ctx->dummy), g_mem(&l, linear ? GW(KF) : a->beta ? GW(W) : GW(KH)),
             g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->g)), g_mem(&l, MEM(a->beta)),
             g_int(&l, a->g != NULL), g_int(&l, a->beta != NULL), g_int(&l, delta), g_mem(&l, MEM(a->S_in)),
@@ -315,17 +278,17 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
             g_mem(&l, linear ? GW(DKF) : GW(DKH)), g_mem(&l, MEM(g->dv)), g_mem(&l, MEM(g->dbeta)),
             g_mem(&l, MEM(g->dg)), g_mem(&l, OPT(GW(R))), g_mem(&l, MEM(g->dS_0)), g_int(&l, outs), g_int(&l, T),
             g_int(&l, H), g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch);
-        TRY(grun(&l, BH, wg_core));
+        TRY(ocl_launch_run(&l, BH, wg_core));
     }
 
     /* 5. The normaliser's backward: dq~ += dden n, dk~ (+)= dn, dn_0. */
     if (has_n && (g->dq || g->dk || g->dn_0)) {
-        glaunch l = gstart(b, OCL_K_GRAD_NORM);
+        ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_NORM);
         g_mem(&l, GW(QF)), g_mem(&l, GW(KF)), g_mem(&l, GW(QN)), g_mem(&l, GW(R)), g_mem(&l, MEM(a->n_in)),
             g_int(&l, a->n_in != NULL), g_mem(&l, MEM(g->dn_end)), g_int(&l, g->dn_end != NULL), g_mem(&l, GW(DQF)),
             g_mem(&l, GW(DKF)), g_int(&l, linear), g_mem(&l, MEM(g->dn_0)), g_int(&l, g->dn_0 != NULL),
             g_int(&l, (int)BH), g_int(&l, T), g_int(&l, dk), g_flt(&l, eps), g_int(&l, linear);
-        TRY(grun_items(&l, BH * (size_t)dk, wg_norm));
+        TRY(ocl_launch_items(&l, BH * (size_t)dk, wg_norm));
     }
 
     /* 6. Back through prep. */
@@ -337,12 +300,12 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         if (g->dq) flags |= GP_OUT_DQ;
         if (g->dk) flags |= GP_OUT_DK;
         if (g->du) flags |= GP_OUT_DU;
-        glaunch l = gstart(b, OCL_K_GRAD_PREP);
+        ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_PREP);
         g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, MEM(a->u)), g_mem(&l, GW(DQF)), g_mem(&l, OPT(GW(DKF))),
             g_mem(&l, OPT(GW(DKH))), g_mem(&l, OPT(GW(DUU))), g_mem(&l, MEM(g->dq)), g_mem(&l, MEM(g->dk)),
             g_mem(&l, MEM(g->du)), g_int(&l, a->B), g_int(&l, T), g_int(&l, H), g_int(&l, dk),
             g_int(&l, (int)d->feature_map), g_int(&l, flags), g_flt(&l, eps), g_flt(&l, (float)d->u_scale);
-        TRY(grun_items(&l, rows, wg_gprep));
+        TRY(ocl_launch_items(&l, rows, wg_gprep));
     }
     return VLA_OK;
 }
@@ -390,33 +353,33 @@ static vla_status backward_delta_paper(vla_backend *b, const vla_attn_desc *d, c
 
     const float eps = (float)d->eps;
     {
-        glaunch l = gstart(b, OCL_K_DP_PREP);
+        ocl_launch l = ocl_launch_start(b, OCL_K_DP_PREP);
         g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, GW(QF)), g_mem(&l, GW(KH)), g_int(&l, a->B),
             g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, (int)d->feature_map), g_flt(&l, eps);
-        TRY(grun_items(&l, rows, wg_prep));
+        TRY(ocl_launch_items(&l, rows, wg_prep));
     }
     const int outs = (g->dq ? DP_DQ : 0) | (g->dk ? DP_DK : 0) | (g->dv ? DP_DV : 0) | (g->dg ? DP_DG : 0) |
                      (g->dS_0 ? DP_DS0 : 0);
     {
-        glaunch l = gstart(b, core);
+        ocl_launch l = ocl_launch_start(b, core);
         g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->g)), g_int(&l, a->g != NULL),
             g_mem(&l, MEM(a->S_in)), g_int(&l, a->S_in != NULL), g_mem(&l, MEM(g->dS_end)),
             g_int(&l, g->dS_end != NULL), g_mem(&l, MEM(g->dO));
         g_mem(&l, GW(CKS)), g_mem(&l, GW(WST)), g_mem(&l, GW(WE));
-        if (dst_local) garg(&l, dst_bytes, NULL); /* the group's dS [dk, dv] */
+        if (dst_local) ocl_launch_arg(&l, dst_bytes, NULL); /* the group's dS [dk, dv] */
         else g_mem(&l, GW(DST));
         g_mem(&l, OPT(GW(DQF))), g_mem(&l, OPT(GW(DKH))), g_mem(&l, MEM(g->dv)), g_mem(&l, MEM(g->dg)),
             g_mem(&l, MEM(g->dS_0));
         g_int(&l, outs), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch);
-        TRY(grun(&l, BH, wg_core));
+        TRY(ocl_launch_run(&l, BH, wg_core));
     }
     if (g->dq || g->dk) {
-        glaunch l = gstart(b, OCL_K_DP_GRAD_PREP);
+        ocl_launch l = ocl_launch_start(b, OCL_K_DP_GRAD_PREP);
         g_mem(&l, MEM(a->q)), g_mem(&l, MEM(a->k)), g_mem(&l, OPT(GW(DQF))), g_mem(&l, OPT(GW(DKH))),
             g_mem(&l, MEM(g->dq)), g_mem(&l, MEM(g->dk)), g_int(&l, g->dq != NULL), g_int(&l, g->dk != NULL),
             g_int(&l, a->B), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, (int)d->feature_map),
             g_flt(&l, eps);
-        TRY(grun_items(&l, rows, wg_gprep));
+        TRY(ocl_launch_items(&l, rows, wg_gprep));
     }
     return VLA_OK;
 }

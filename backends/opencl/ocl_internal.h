@@ -147,6 +147,33 @@ vla_status ocl_wg(vla_backend *b, ocl_kernel_id id, int want, size_t *out);
 
 extern const char *const ocl_kernel_names[OCL_NK + 1];
 
+/* One launch of an op kernel (ocl_ops.c, ocl_chunkpar.c, ocl_grad.c): the arguments are set in
+ * order, and the first clSetKernelArg error is kept and reported when the launch is enqueued. */
+typedef struct ocl_launch {
+    vla_backend *b;
+    ocl_kernel_id id;
+    cl_kernel k;
+    cl_uint n;  /* next argument index */
+    cl_int err; /* first clSetKernelArg error */
+} ocl_launch;
+
+/* The kernel must have been created (ocl_kernel) before. */
+static inline ocl_launch ocl_launch_start(vla_backend *b, ocl_kernel_id id) {
+    ocl_launch l = {b, id, ((ocl_ctx *)b->context)->kernels[id], 0, CL_SUCCESS};
+    return l;
+}
+static inline void ocl_launch_arg(ocl_launch *l, size_t size, const void *value) {
+    cl_int e = clSetKernelArg(l->k, l->n++, size, value);
+    if (l->err == CL_SUCCESS) l->err = e;
+}
+/* Enqueues `groups` work-groups of wg items (ocl_ops.c); with VLA_OPENCL_PROFILE=1 it waits for
+ * the kernel and adds its device time to the handle's profile. */
+vla_status ocl_launch_run(ocl_launch *l, size_t groups, size_t wg);
+/* Enqueues at least `items` work-items (kernels that guard their index). */
+static inline vla_status ocl_launch_items(ocl_launch *l, size_t items, size_t wg) {
+    return ocl_launch_run(l, (items + wg - 1) / wg, wg);
+}
+
 /* The op (ocl_ops.c). */
 vla_status ocl_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out);

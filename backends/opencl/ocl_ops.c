@@ -87,25 +87,10 @@ vla_status ocl_ws_grow(vla_backend *b, ocl_ws w, size_t bytes) { return ws(b, w,
 
 /* ---- launches ---- */
 
-typedef struct launch {
-    vla_backend *b;
-    ocl_kernel_id id;
-    cl_kernel k;
-    cl_uint n;  /* next argument index */
-    cl_int err; /* first clSetKernelArg error */
-} launch;
-
-static launch start(vla_backend *b, ocl_kernel_id id) {
-    launch l = {b, id, ((ocl_ctx *)b->context)->kernels[id], 0, CL_SUCCESS};
-    return l;
-}
-static void arg(launch *l, size_t size, const void *value) {
-    cl_int e = clSetKernelArg(l->k, l->n++, size, value);
-    if (l->err == CL_SUCCESS) l->err = e;
-}
-static void a_mem(launch *l, cl_mem m) { arg(l, sizeof m, &m); }
-static void a_int(launch *l, int v) { arg(l, sizeof v, &v); }
-static void a_flt(launch *l, float v) { arg(l, sizeof v, &v); }
+/* Short spellings of the argument setters, one per type. */
+static void a_mem(ocl_launch *l, cl_mem m) { ocl_launch_arg(l, sizeof m, &m); }
+static void a_int(ocl_launch *l, int v) { ocl_launch_arg(l, sizeof v, &v); }
+static void a_flt(ocl_launch *l, float v) { ocl_launch_arg(l, sizeof v, &v); }
 
 const char *const ocl_kernel_names[OCL_NK + 1] = {
     "prep", "norm_out", "init_a_real", "store_a_real", "init_a_f32", "affine_level", "affine_apply",
@@ -116,8 +101,7 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "CLBlast sgemm",
 };
 
-/* Enqueues `groups` work-groups of wg items. */
-static vla_status run(launch *l, size_t groups, size_t wg) {
+vla_status ocl_launch_run(ocl_launch *l, size_t groups, size_t wg) {
     ocl_ctx *ctx = l->b->context;
     if (l->err != CL_SUCCESS) return ocl_fail(l->b, l->err, "clSetKernelArg", ocl_kernel_names[l->id]);
     if (groups == 0) return VLA_OK;
@@ -136,8 +120,6 @@ static vla_status run(launch *l, size_t groups, size_t wg) {
     }
     return VLA_OK;
 }
-/* Enqueues at least `items` work-items (kernels that guard their index). */
-static vla_status run_items(launch *l, size_t items, size_t wg) { return run(l, (items + wg - 1) / wg, wg); }
 
 static vla_status copy_buf(vla_backend *b, cl_mem src, cl_mem dst, size_t bytes) {
     ocl_ctx *ctx = b->context;
@@ -344,10 +326,10 @@ static vla_status scan_maps_levels(vla_backend *b, const op *p, cl_mem maps, int
                 continue;
             }
 #endif
-            launch l = start(b, OCL_K_AFFINE_LEVEL);
+            ocl_launch l = ocl_launch_start(b, OCL_K_AFFINE_LEVEL);
             a_mem(&l, maps), a_int(&l, n), a_int(&l, p->dk), a_int(&l, p->dv), a_int(&l, st), a_int(&l, first),
                 a_int(&l, 2 * st), a_int(&l, npairs);
-            TRY(run(&l, (size_t)p->BH * npairs, wg));
+            TRY(ocl_launch_run(&l, (size_t)p->BH * npairs, wg));
         }
     }
     return VLA_OK;
@@ -387,12 +369,12 @@ static vla_status softmax_rb(vla_backend *b, const vla_attn_desc *d, const vla_a
         const size_t lbytes = sizeof(float) * (qb * dks + 64 * (dks > dvs ? dks : dvs) + 64 * qbs + 16 * qbs);
         if (lbytes > budget) continue;
         const int ntiles = (T + qb - 1) / qb;
-        launch l = start(b, id);
+        ocl_launch l = ocl_launch_start(b, id);
         a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->v)), a_mem(&l, MEM(a->o)), a_int(&l, T),
             a_int(&l, p->H), a_int(&l, dk), a_int(&l, dv), a_flt(&l, (float)d->scale), a_int(&l, ntiles);
-        arg(&l, lbytes, NULL);
+        ocl_launch_arg(&l, lbytes, NULL);
         *done = 1;
-        return run(&l, (size_t)p->BH * ntiles, wg);
+        return ocl_launch_run(&l, (size_t)p->BH * ntiles, wg);
     }
     return VLA_OK;
 }
@@ -425,10 +407,10 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         if (nrows > INT_MAX)
             return vla_fail(b, VLA_ERR_UNSUPPORTED,
                             "vla_attention_forward: softmax with B*H*T = %zu rows: at most %d on OpenCL", nrows, INT_MAX);
-        launch l = start(b, OCL_K_SOFTMAX_ROWS);
+        ocl_launch l = ocl_launch_start(b, OCL_K_SOFTMAX_ROWS);
         a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->v)), a_mem(&l, MEM(a->o)), a_int(&l, T),
             a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_flt(&l, (float)d->scale), a_int(&l, (int)nrows);
-        return run(&l, (nrows + wg - 1) / wg, wg);
+        return ocl_launch_run(&l, (nrows + wg - 1) / wg, wg);
     }
     if (d->mechanism == VLA_MECH_SOFTMAX) {
         /* VLA_OPENCL_SOFTMAX_KERNEL: fused or rb; unset, rb on GPUs, and softmax_fused on other
@@ -465,11 +447,11 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
                             "vla_attention_forward: softmax with dk = %d, dv = %d needs %zu bytes of local memory per "
                             "work-group; this OpenCL device has %llu",
                             dk, dv, lbytes, (unsigned long long)ctx->local_mem);
-        launch l = start(b, OCL_K_SOFTMAX);
+        ocl_launch l = ocl_launch_start(b, OCL_K_SOFTMAX);
         a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->v)), a_mem(&l, MEM(a->o)), a_int(&l, T),
             a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_flt(&l, (float)d->scale), a_int(&l, ntiles), a_int(&l, kb);
-        arg(&l, lbytes, NULL);
-        return run(&l, (size_t)BH * ntiles, wg);
+        ocl_launch_arg(&l, lbytes, NULL);
+        return ocl_launch_run(&l, (size_t)BH * ntiles, wg);
     }
 
     /* 2. Chunk boundaries and the workspace. */
@@ -551,13 +533,13 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         if (delta && a->beta) flags |= 16;                     /* PREP_W */
         const size_t wg = wg_of(b, OCL_K_PREP, 64, &s);
         TRY(s);
-        launch l = start(b, OCL_K_PREP);
+        ocl_launch l = ocl_launch_start(b, OCL_K_PREP);
         a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->u)), a_mem(&l, MEM(a->beta));
         a_mem(&l, WS(QF)), a_mem(&l, WS(KF) ? WS(KF) : ctx->dummy), a_mem(&l, WS(KH) ? WS(KH) : ctx->dummy);
         a_mem(&l, WS(UU) ? WS(UU) : ctx->dummy), a_mem(&l, (delta && a->beta) ? WS(W) : ctx->dummy);
         a_int(&l, p->B), a_int(&l, T), a_int(&l, H), a_int(&l, dk), a_int(&l, (int)d->feature_map), a_int(&l, flags);
         a_flt(&l, eps), a_flt(&l, (float)d->u_scale);
-        TRY(run_items(&l, rows, wg));
+        TRY(ocl_launch_items(&l, rows, wg));
     }
 
     /* 4. Start states. */
@@ -570,10 +552,10 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         const ocl_kernel_id kid = real ? OCL_K_INIT_A_REAL : OCL_K_INIT_A_F32;
         const size_t wg = wg_of(b, kid, 64, &s);
         TRY(s);
-        launch l = start(b, kid);
+        ocl_launch l = ocl_launch_start(b, kid);
         a_mem(&l, MEM(a->A_in)), a_int(&l, a->A_in != NULL), a_mem(&l, real ? WS(AT) : WS(AF)), a_int(&l, BH),
             a_int(&l, dk), a_flt(&l, inv_lambda);
-        TRY(run_items(&l, mul(BH, mul(dk, dk)), wg));
+        TRY(ocl_launch_items(&l, mul(BH, mul(dk, dk)), wg));
     }
 
     /* 5. The algorithm. */
@@ -584,40 +566,40 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     if (algo == VLA_ALGO_SEQUENTIAL && !vla) {
         const size_t wg = wg_of(b, OCL_K_GDR_SEQ, imax(dk, dv), &s);
         TRY(s);
-        launch l = start(b, OCL_K_GDR_SEQ);
+        ocl_launch l = ocl_launch_start(b, OCL_K_GDR_SEQ);
         a_mem(&l, kr), a_mem(&l, w), a_mem(&l, WS(QF)), a_mem(&l, MEM(a->v)), a_mem(&l, MEM(a->g)), a_int(&l, has_g),
             a_int(&l, residual), a_mem(&l, WS(ST)), a_mem(&l, MEM(a->o)), a_int(&l, T), a_int(&l, H), a_int(&l, dk),
             a_int(&l, dv);
-        TRY(run(&l, BH, wg));
+        TRY(ocl_launch_run(&l, BH, wg));
     } else if (algo == VLA_ALGO_SEQUENTIAL || algo == VLA_ALGO_SCAN) {
         const int scan = algo == VLA_ALGO_SCAN;
         const size_t wg = wg_of(b, OCL_K_VLA_SEQ, imax(dk, dv), &s);
         TRY(s);
-        launch l = start(b, OCL_K_VLA_SEQ);
+        ocl_launch l = ocl_launch_start(b, OCL_K_VLA_SEQ);
         a_mem(&l, WS(UU)), a_mem(&l, WS(KH)), a_mem(&l, WS(QF)), a_mem(&l, MEM(a->v)), a_mem(&l, WS(AT)),
             a_mem(&l, WS(ST)), a_mem(&l, scan ? ctx->dummy : MEM(a->o)), a_mem(&l, scan ? WS(AL) : ctx->dummy),
             a_int(&l, !scan), a_int(&l, scan), a_int(&l, T), a_int(&l, H), a_int(&l, dk), a_int(&l, dv),
             a_int(&l, d->refresh), a_int(&l, p->rphase), a_flt(&l, (float)d->refresh_size), a_flt(&l, eps);
-        TRY(run(&l, BH, wg));
+        TRY(ocl_launch_run(&l, BH, wg));
         if (scan) {
             /* Per-token maps, the Blelloch scan, outputs from the prefix maps, the final state. */
             const size_t wgm = wg_of(b, OCL_K_SCAN_MAPS, dk + dv, &s);
             const size_t wgo = wg_of(b, OCL_K_SCAN_OUT, imax(dk, dv), &s);
             const size_t wga = wg_of(b, OCL_K_AFFINE_APPLY, dv, &s);
             TRY(s);
-            launch m = start(b, OCL_K_SCAN_MAPS);
+            ocl_launch m = ocl_launch_start(b, OCL_K_SCAN_MAPS);
             a_mem(&m, WS(AL)), a_mem(&m, WS(KH)), a_mem(&m, MEM(a->v)), a_mem(&m, WS(MAPS)), a_int(&m, T), a_int(&m, H),
                 a_int(&m, dk), a_int(&m, dv);
-            TRY(run(&m, rows, wgm));
+            TRY(ocl_launch_run(&m, rows, wgm));
             TRY(scan_maps_levels(b, p, WS(MAPS), T));
-            launch o = start(b, OCL_K_SCAN_OUT);
+            ocl_launch o = ocl_launch_start(b, OCL_K_SCAN_OUT);
             a_mem(&o, WS(MAPS)), a_mem(&o, WS(QF)), a_mem(&o, WS(ST)), a_mem(&o, MEM(a->o)), a_int(&o, T), a_int(&o, H),
                 a_int(&o, dk), a_int(&o, dv);
-            TRY(run(&o, rows, wgo));
-            launch f2 = start(b, OCL_K_AFFINE_APPLY);
+            TRY(ocl_launch_run(&o, rows, wgo));
+            ocl_launch f2 = ocl_launch_start(b, OCL_K_AFFINE_APPLY);
             a_mem(&f2, WS(MAPS)), a_int(&f2, T), a_int(&f2, T - 1), a_int(&f2, 0), a_mem(&f2, WS(ST)),
                 a_mem(&f2, WS(ST2)), a_int(&f2, 1), a_int(&f2, dk), a_int(&f2, dv);
-            TRY(run(&f2, BH, wga));
+            TRY(ocl_launch_run(&f2, BH, wga));
             S_final = WS(ST2);
         }
     } else {
@@ -626,12 +608,12 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         if (vla && cp.mode != 2) {
             const size_t wg = wg_of(b, OCL_K_VLA_A_CHUNKED, imax(C, dk), &s);
             TRY(s);
-            launch l = start(b, OCL_K_VLA_A_CHUNKED);
+            ocl_launch l = ocl_launch_start(b, OCL_K_VLA_A_CHUNKED);
             a_mem(&l, WS(STARTS)), a_int(&l, nch), a_mem(&l, WS(UU)), a_mem(&l, WS(KH)), a_mem(&l, WS(AF)),
                 a_mem(&l, WS(AD)), a_mem(&l, WS(Z)), a_mem(&l, WS(G)), a_mem(&l, WS(M)), a_mem(&l, WS(AL)),
                 a_int(&l, T), a_int(&l, dk), a_int(&l, C), a_int(&l, d->refresh), a_int(&l, p->rphase),
                 a_flt(&l, (float)d->refresh_size), a_flt(&l, eps), a_int(&l, (int)BH);
-            TRY(run(&l, BH, wg));
+            TRY(ocl_launch_run(&l, BH, wg));
         }
         if (cp.mode) {
             cp.residual = residual, cp.has_g = has_g, cp.kr = kr, cp.w = w, cp.q = WS(QF), cp.v = MEM(a->v);
@@ -641,13 +623,13 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             {
                 const size_t wg = wg_of(b, OCL_K_GDR_CHUNK_PREP, imax(dk + dv, C), &s);
                 TRY(s);
-                launch l = start(b, OCL_K_GDR_CHUNK_PREP);
+                ocl_launch l = ocl_launch_start(b, OCL_K_GDR_CHUNK_PREP);
                 a_mem(&l, WS(STARTS)), a_int(&l, nch), a_mem(&l, kr), a_mem(&l, w), a_mem(&l, WS(QF)), a_mem(&l, MEM(a->v)),
                     a_mem(&l, MEM(a->g)), a_int(&l, has_g), a_int(&l, residual), a_mem(&l, WS(WR)), a_mem(&l, WS(Y)),
                     a_mem(&l, WS(MQ)), a_mem(&l, has_g ? WS(DM) : ctx->dummy), a_mem(&l, WS(LM)),
                     a_mem(&l, has_g ? WS(GAM) : ctx->dummy), a_mem(&l, has_g ? WS(DL) : ctx->dummy), a_int(&l, T),
                     a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_int(&l, C);
-                TRY(run(&l, (size_t)BH * nch, wg));
+                TRY(ocl_launch_run(&l, (size_t)BH * nch, wg));
             }
             cl_mem STs = WS(ST);
             if (algo == VLA_ALGO_TWO_LEVEL) {
@@ -655,30 +637,30 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
                 const size_t wgc = wg_of(b, OCL_K_SEG_COMPOSE, dk + dv, &s);
                 const size_t wga = wg_of(b, OCL_K_AFFINE_APPLY, dv, &s);
                 TRY(s);
-                launch m = start(b, OCL_K_CHUNK_MAP);
+                ocl_launch m = ocl_launch_start(b, OCL_K_CHUNK_MAP);
                 a_mem(&m, WS(STARTS)), a_int(&m, nch), a_mem(&m, WS(AL)), a_mem(&m, WS(WR)), a_mem(&m, WS(Y)),
                     a_mem(&m, WS(MAPS)), a_int(&m, T), a_int(&m, dk), a_int(&m, dv);
-                TRY(run(&m, (size_t)BH * nch, wgm));
-                launch c = start(b, OCL_K_SEG_COMPOSE);
+                TRY(ocl_launch_run(&m, (size_t)BH * nch, wgm));
+                ocl_launch c = ocl_launch_start(b, OCL_K_SEG_COMPOSE);
                 a_mem(&c, WS(MAPS)), a_int(&c, nch), a_int(&c, p->seg_chunks), a_int(&c, p->nseg), a_mem(&c, WS(SEGMAPS)),
                     a_int(&c, dk), a_int(&c, dv);
-                TRY(run(&c, (size_t)BH * p->nseg, wgc));
+                TRY(ocl_launch_run(&c, (size_t)BH * p->nseg, wgc));
                 TRY(scan_maps_levels(b, p, WS(SEGMAPS), p->nseg));
-                launch ap = start(b, OCL_K_AFFINE_APPLY);
+                ocl_launch ap = ocl_launch_start(b, OCL_K_AFFINE_APPLY);
                 a_mem(&ap, WS(SEGMAPS)), a_int(&ap, p->nseg), a_int(&ap, 0), a_int(&ap, 1), a_mem(&ap, WS(ST)),
                     a_mem(&ap, WS(STSEG)), a_int(&ap, p->nseg), a_int(&ap, dk), a_int(&ap, dv);
-                TRY(run(&ap, (size_t)BH * p->nseg, wga));
+                TRY(ocl_launch_run(&ap, (size_t)BH * p->nseg, wga));
                 STs = WS(STSEG);
             }
             const size_t wg = wg_of(b, OCL_K_GDR_CHUNK_RUN, dv, &s);
             TRY(s);
-            launch l = start(b, OCL_K_GDR_CHUNK_RUN);
+            ocl_launch l = ocl_launch_start(b, OCL_K_GDR_CHUNK_RUN);
             a_mem(&l, WS(STARTS)), a_int(&l, nch), a_int(&l, p->seg_chunks), a_int(&l, p->nseg), a_mem(&l, WS(QF)),
                 a_mem(&l, w), a_mem(&l, WS(WR)), a_mem(&l, WS(Y)), a_mem(&l, WS(MQ)),
                 a_mem(&l, has_g ? WS(GAM) : ctx->dummy), a_mem(&l, has_g ? WS(DL) : ctx->dummy), a_int(&l, has_g),
                 a_int(&l, residual), a_mem(&l, STs), a_mem(&l, WS(ST)), a_int(&l, STs != WS(ST)), a_mem(&l, MEM(a->o)),
                 a_int(&l, T), a_int(&l, H), a_int(&l, dk), a_int(&l, dv), a_int(&l, C);
-            TRY(run(&l, (size_t)BH * p->nseg, wg));
+            TRY(ocl_launch_run(&l, (size_t)BH * p->nseg, wg));
         }
     }
 
@@ -686,11 +668,11 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     if (has_n && !cp.mode) { /* (the chunk-parallel form has its own) */
         const size_t wg = wg_of(b, OCL_K_NORM_OUT, imax(dk, dv), &s);
         TRY(s);
-        launch l = start(b, OCL_K_NORM_OUT);
+        ocl_launch l = ocl_launch_start(b, OCL_K_NORM_OUT);
         a_mem(&l, MEM(a->o)), a_mem(&l, WS(QF)), a_mem(&l, WS(KF)), a_mem(&l, MEM(a->n_in)), a_mem(&l, MEM(a->n_out)),
             a_int(&l, a->n_in != NULL), a_int(&l, a->n_out != NULL), a_int(&l, T), a_int(&l, H), a_int(&l, dk),
             a_int(&l, dv), a_flt(&l, eps), a_int(&l, linear);
-        TRY(run(&l, BH, wg));
+        TRY(ocl_launch_run(&l, BH, wg));
     }
 
     /* 7. Final states. */
@@ -701,9 +683,9 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         } else {
             const size_t wg = wg_of(b, OCL_K_STORE_A_REAL, 64, &s);
             TRY(s);
-            launch l = start(b, OCL_K_STORE_A_REAL);
+            ocl_launch l = ocl_launch_start(b, OCL_K_STORE_A_REAL);
             a_mem(&l, WS(AT)), a_mem(&l, (cl_mem)a->A_out->mem), a_int(&l, BH), a_int(&l, dk);
-            TRY(run_items(&l, mul(BH, mul(dk, dk)), wg));
+            TRY(ocl_launch_items(&l, mul(BH, mul(dk, dk)), wg));
         }
     }
     return VLA_OK;
@@ -727,17 +709,17 @@ static vla_status forward_delta_paper(vla_backend *b, const vla_attn_desc *d, co
     TRY(ws(b, OCL_WS_KH, mul4(rows, dk, f, 1)));
     TRY(ws(b, OCL_WS_ST, sbytes));
 
-    launch l = start(b, OCL_K_DP_PREP);
+    ocl_launch l = ocl_launch_start(b, OCL_K_DP_PREP);
     a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, WS(QF)), a_mem(&l, WS(KH)), a_int(&l, p->B), a_int(&l, T),
         a_int(&l, H), a_int(&l, dk), a_int(&l, (int)d->feature_map), a_flt(&l, (float)d->eps);
-    TRY(run_items(&l, rows, wg_prep));
+    TRY(ocl_launch_items(&l, rows, wg_prep));
     /* S_in may be S_out: read into the workspace first, written back last. */
     if (a->S_in) TRY(copy_buf(b, (cl_mem)a->S_in->mem, WS(ST), sbytes));
     else TRY(zero_buf(b, WS(ST), sbytes));
-    launch m = start(b, OCL_K_DP_SEQ);
+    ocl_launch m = ocl_launch_start(b, OCL_K_DP_SEQ);
     a_mem(&m, WS(KH)), a_mem(&m, WS(QF)), a_mem(&m, MEM(a->v)), a_mem(&m, MEM(a->g)), a_int(&m, a->g != NULL),
         a_mem(&m, WS(ST)), a_mem(&m, MEM(a->o)), a_int(&m, T), a_int(&m, H), a_int(&m, dk), a_int(&m, dv);
-    TRY(run(&m, BH, wg_seq));
+    TRY(ocl_launch_run(&m, BH, wg_seq));
     if (a->S_out) TRY(copy_buf(b, WS(ST), (cl_mem)a->S_out->mem, sbytes));
     return VLA_OK;
 }

@@ -77,6 +77,36 @@ float vla_wg_sum_float(float x, __local float *red) {
     return r;
 }
 
+/* ---- the output normaliser's running sum n_t = n_{t-1} + k~_t (linear attention, VLA's
+ * normalised output), one head a work-group: work-item i owns n_i for i = lid, lid + WG, ...
+ * in a private array n[VLA_PER]. prep.cl's norm_out and grad_prep.cl's grad_norm_den both run
+ * it, so the backward recomputes exactly the forward's float sums. ---- */
+
+/* n from head bh's slice of n_in [B*H, dk], or 0. */
+void vla_norm_load(float *n, __global const float *n_in, int has_in, int bh, int dk) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    for (int m = 0; m < VLA_PER; m++) {
+        const int i = lid + m * wg;
+        n[m] = (has_in && i < dk) ? n_in[(size_t)bh * dk + i] : 0.0f;
+    }
+}
+
+/* n += k~_t, and returns q~_t . n_t summed over the work-group (q~_t, k~_t: the prepared rows at
+ * `row` of qf, kf). Contains barriers: call from uniform control flow. */
+float vla_norm_step(float *n, __global const float *qf, __global const float *kf, size_t row, int dk,
+                    __local float *red) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    float part = 0.0f;
+    for (int m = 0; m < VLA_PER; m++) {
+        const int i = lid + m * wg;
+        if (i < dk) {
+            n[m] += kf[row + i];
+            part += qf[row + i] * n[m];
+        }
+    }
+    return vla_wg_sum_float(part, red);
+}
+
 /* ---- affine maps on the transposed state ----
  * A map X -> M X + N (M [dk, dk], N [dk, dv]) is stored as one dk x (dk + dv) row-major
  * matrix [M | N]: row r holds M's row r then N's row r. compose(first, second) replaces

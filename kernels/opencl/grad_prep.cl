@@ -6,29 +6,18 @@
  * prepared arrays, [B*H, T, dk] like prep.cl's outputs: dqf (of q~ = phi(q)), dkf (of k~ =
  * phi(k)), dkh (of k^ = normalize(k~)), duu (of the penalty vectors u_t). */
 
-/* The normaliser's denominators, recomputed as norm_out computes them (the same float sums):
- * qn_t = q~_t . n_t, n_t = n_{t-1} + k~_t.
+/* The normaliser's denominators, recomputed by norm_out's own code (vla_norm_step, common.cl:
+ * the same float sums): qn_t = q~_t . n_t, n_t = n_{t-1} + k~_t.
  * qn [B*H, T]. One work-group per head, work-item i owns n_i (i = lid, lid + WG, ...). */
 __kernel void grad_norm_den(__global const float *qf, __global const float *kf, __global const float *n_in,
                             int has_in, __global float *qn, int T, int dk) {
     __local float red[VLA_MAXWG];
-    const int bh = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+    const int bh = get_group_id(0), lid = get_local_id(0);
     float n[VLA_PER];
-    for (int m = 0; m < VLA_PER; m++) {
-        const int i = lid + m * wg;
-        n[m] = (has_in && i < dk) ? n_in[(size_t)bh * dk + i] : 0.0f;
-    }
+    vla_norm_load(n, n_in, has_in, bh, dk);
     for (int t = 0; t < T; t++) {
         const size_t row = ((size_t)bh * T + t) * dk;
-        float part = 0.0f;
-        for (int m = 0; m < VLA_PER; m++) {
-            const int i = lid + m * wg;
-            if (i < dk) {
-                n[m] += kf[row + i];
-                part += qf[row + i] * n[m];
-            }
-        }
-        const float s = vla_wg_sum_float(part, red);
+        const float s = vla_norm_step(n, qf, kf, row, dk, red);
         if (lid == 0) qn[(size_t)bh * T + t] = s;
     }
 }

@@ -56,21 +56,10 @@ __kernel void norm_out(__global float *o, __global const float *qf, __global con
     __local float red[VLA_MAXWG];
     const int bh = get_group_id(0), b = bh / H, h = bh % H, lid = get_local_id(0), wg = get_local_size(0);
     float n[VLA_PER];
-    for (int m = 0; m < VLA_PER; m++) {
-        const int i = lid + m * wg;
-        n[m] = (has_in && i < dk) ? n_in[(size_t)bh * dk + i] : 0.0f;
-    }
+    vla_norm_load(n, n_in, has_in, bh, dk);
     for (int t = 0; t < T; t++) {
         const size_t row = ((size_t)bh * T + t) * dk;
-        float part = 0.0f;
-        for (int m = 0; m < VLA_PER; m++) {
-            const int i = lid + m * wg;
-            if (i < dk) {
-                n[m] += kf[row + i];
-                part += qf[row + i] * n[m];
-            }
-        }
-        const float qn = vla_wg_sum_float(part, red);
+        const float qn = vla_norm_step(n, qf, kf, row, dk, red);
         const float inv = 1.0f / (linear_style ? qn + eps : fmax(qn, eps));
         for (int j = lid; j < dv; j += wg) o[vla_bthd(b, t, h, j, T, H, dv)] *= inv;
     }

@@ -1,5 +1,6 @@
 /* The trainer's tasks (layouts in data.h) and its random-number generator. */
 #include "data.h"
+#include "../rng.h" /* by path: tests/test_nn_backends.c compiles this file in without tools/ */
 
 #include <math.h>
 #include <stdio.h>
@@ -8,30 +9,9 @@
 
 /* ---- random numbers ---------------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+void tr_rng_seed(tr_rng *r, uint64_t seed) { rng_xoshiro_seed(r->s, seed); }
 
-void tr_rng_seed(tr_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed); /* never all zero */
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t tr_rng_next(tr_rng *r) {
-    uint64_t *s = r->s;
-    const uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
+uint64_t tr_rng_next(tr_rng *r) { return rng_xoshiro_next(r->s); }
 
 uint32_t tr_rng_below(tr_rng *r, uint32_t n) {
     /* Reject the low 2^32 mod n values of a 32-bit draw, so every residue is equally likely. */
