@@ -124,16 +124,16 @@ static vla_status cpu_add_backward(vla_backend *b, vla_buffer *da, size_t da_off
 
 /* ---- matmul ---- */
 
-/* C[m, n] = op(A) op(B) + beta C (row-major, op = transpose when ta / tb), on nt threads: OpenBLAS'
- * own threads when built with it, else row blocks of C, one per thread, through cpu_gemm. */
+/* C[m, n] = op(A) op(B) + beta C (row-major, op = transpose when ta / tb), on nt threads: row
+ * blocks of C, one per OpenMP thread, each one cpu_gemm (OpenBLAS on one thread, where built with
+ * it). One pool of threads, not two: with OpenBLAS's own threads beside OpenMP's, each pool's
+ * workers spin while the other's run, and a TinyLM training step on 2 cores took 426 ms against
+ * 253 ms with OMP_WAIT_POLICY=PASSIVE (benchmarks/results/2026-12-06-cpu-train-speed/). */
 static void gemm_threads(int nt, int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
                          int ldb, float beta, float *C, int ldc) {
 #ifdef VLA_HAVE_CBLAS
-    /* The attention op sets OpenBLAS to one thread (its threads are over heads); here the product
-     * is the whole op. */
-    openblas_set_num_threads(nt);
-    cpu_gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
-#else
+    openblas_set_num_threads(1);
+#endif
     const int blocks = m < nt ? m : nt;
 #pragma omp parallel for num_threads(blocks) if (blocks > 1 && (size_t)m * n * k >= PAR_MIN) schedule(static)
     for (int i = 0; i < blocks; i++) {
@@ -142,7 +142,6 @@ static void gemm_threads(int nt, int ta, int tb, int m, int n, int k, const floa
         const float *Ai = ta ? A + r0 : A + (size_t)r0 * lda;
         cpu_gemm(ta, tb, r1 - r0, n, k, 1.0f, Ai, lda, B, ldb, beta, C + (size_t)r0 * ldc, ldc);
     }
-#endif
 }
 
 static vla_status cpu_matmul_forward(vla_backend *b, vla_buffer *y, size_t y_off, const vla_buffer *x, size_t x_off,

@@ -20,12 +20,15 @@
  * that read their scores at the same c: at a stride of KB = 32, one bank (4-way), at KB + 1,
  * four. The gain is counted, not timed (benchmarks/opencl_speed.sh times it on a GPU).
  *
- * Used on GPUs only. PoCL 5.0 (Ubuntu 24.04's pocl-opencl-icd) returns wrong outputs for this
- * kernel (all softmax cases of vla-check, errors of ~1 or inf), in every variant tried: state in
- * private or local memory, fmax or comparisons, with or without the NaN check, each work-group
- * method (cbs, loopvec), and the outputs change with the number of compute units (one: the
- * 64-item cases pass, the 128-item ones fail); PoCL 3.1 (Debian 12, our CI) and NVIDIA's OpenCL
- * (H200) pass every case. The cause is not found; CPU devices run softmax_rows below instead
+ * Used on GPUs where softmax_rb below does not fit (dv > 128, dk > 132) or where
+ * VLA_OPENCL_SOFTMAX_KERNEL=fused asks for it. PoCL 5.0 (Ubuntu 24.04's pocl-opencl-icd) returns
+ * wrong outputs for this kernel (all softmax cases of vla-check, errors of ~1 or inf), in every
+ * variant tried: state in private or local memory, fmax or comparisons, with or without the NaN
+ * check, each work-group method (cbs, loopvec), and the outputs change with the number of compute
+ * units (one: the 64-item cases pass, the 128-item ones fail); PoCL 3.1 (Debian 12, our CI) and
+ * NVIDIA's OpenCL (H200) pass every case, and Oclgrind 21.10 (--data-races --uninitialized, with
+ * its checks of barriers every item reaches and of bounds) reports nothing on vla-check's softmax
+ * cases. The cause is not found; CPU devices run softmax_rows below instead
  * (VLA_OPENCL_SOFTMAX_TILED=1 runs this kernel there too, for tests: ocl_ops.c). */
 
 #define SM_NC 8 /* work-items per query row */
