@@ -31,6 +31,7 @@ double bench_now_s(void) {
 void bench_rng_seed(bench_rng *r, uint64_t seed) { rng_xoshiro_seed(r->s, seed); }
 
 static uint64_t rng_next(bench_rng *r) { return rng_xoshiro_next(r->s); }
+uint64_t bench_rng_u64(bench_rng *r) { return rng_next(r); }
 
 /* Uniform in (0, 1): never 0, so the log below is finite. */
 static double rng_uniform(bench_rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
@@ -42,6 +43,18 @@ void bench_fill_normal(bench_rng *r, float *x, size_t n) {
         const float a = (float)(rad * cos(th)), b = (float)(rad * sin(th));
         if (a != 0.0f) x[i++] = a;
         if (i < n && b != 0.0f) x[i++] = b;
+    }
+}
+
+void bench_fill_normal_blocks(uint64_t seed, size_t first, float *x, size_t n) {
+    const size_t nb = (n + BENCH_FILL_BLOCK - 1) / BENCH_FILL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nb; i++) {
+        uint64_t key = seed ^ (0x9e3779b97f4a7c15ull * (first + i + 1));
+        bench_rng r;
+        bench_rng_seed(&r, rng_splitmix64(&key));
+        const size_t off = i * BENCH_FILL_BLOCK, m = n - off < BENCH_FILL_BLOCK ? n - off : BENCH_FILL_BLOCK;
+        bench_fill_normal(&r, x + off, m);
     }
 }
 

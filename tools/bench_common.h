@@ -28,8 +28,15 @@ typedef struct bench_rng {
     uint64_t s[4];
 } bench_rng;
 void bench_rng_seed(bench_rng *r, uint64_t seed);
+uint64_t bench_rng_u64(bench_rng *r);
 /* n N(0, 1) floats by Box-Muller, never exactly 0 (a zero input hides a missing read). */
 void bench_fill_normal(bench_rng *r, float *x, size_t n);
+/* The same distribution on every host thread: x[0..n) in blocks of BENCH_FILL_BLOCK floats, block
+ * i from its own generator seeded with (seed, first + i), so the values depend on the seed and
+ * the block index only, never on the thread count. A sweep's inputs at (8,16,64) T = 32768 are
+ * 2.4 G floats, about a minute on one thread. */
+#define BENCH_FILL_BLOCK ((size_t)1 << 16)
+void bench_fill_normal_blocks(uint64_t seed, size_t first, float *x, size_t n);
 
 /* Sorts x[0..n) ascending and returns its median (n >= 1). */
 double bench_sort_median(double *x, int n);

@@ -184,20 +184,21 @@ static double input_bytes(int B, int H, int T, int d, int backward) {
     return 4.0 * (3 * 3 * bth * d + bth * d + 2.0 * B * H * d * d + (double)B * H * d + (backward ? 4 * bth * d : 0));
 }
 
-/* Fills `buf` (n floats) with normals: in place for host memory, else through a staging block. */
-static vla_status fill_buffer(vla_buffer *buf, bench_rng *r, size_t n) {
+/* Fills `buf` (n floats) with normals from `seed` (bench_fill_normal_blocks, on every host
+ * thread): in place for host memory, else through a staging block of 16 M floats. */
+static vla_status fill_buffer(vla_buffer *buf, uint64_t seed, size_t n) {
     float *host = vla_buffer_host_ptr(buf);
     if (host) {
-        bench_fill_normal(r, host, n);
+        bench_fill_normal_blocks(seed, 0, host, n);
         return VLA_OK;
     }
-    const size_t block = (size_t)1 << 20;
-    float *tmp = malloc(block * sizeof *tmp);
+    const size_t block = 256 * BENCH_FILL_BLOCK;
+    float *tmp = malloc((n < block ? n : block) * sizeof *tmp);
     if (!tmp) return VLA_ERR_OUT_OF_MEMORY;
     vla_status s = VLA_OK;
     for (size_t off = 0; off < n && s == VLA_OK; off += block) {
         const size_t m = n - off < block ? n - off : block;
-        bench_fill_normal(r, tmp, m);
+        bench_fill_normal_blocks(seed, off / BENCH_FILL_BLOCK, tmp, m);
         s = vla_buffer_upload(buf, off * sizeof(float), tmp, m * sizeof(float));
     }
     free(tmp);
@@ -243,14 +244,15 @@ static vla_status make_inputs(bench *x, const shape *sh, int T, inputs *in, char
         free_inputs(in);
         return s;
     }
+    /* One seed per tensor, drawn from the point's generator. */
     bench_rng r;
     bench_rng_seed(&r, x->o.seed ^ ((uint64_t)T << 32) ^ ((uint64_t)sh->B << 48) ^ ((uint64_t)sh->H << 40) ^ (uint64_t)sh->d);
     for (int i = 0; i < 3 && s == VLA_OK; i++) {
-        if (!s) s = fill_buffer(in->q[i], &r, bth * d);
-        if (!s) s = fill_buffer(in->k[i], &r, bth * d);
-        if (!s) s = fill_buffer(in->v[i], &r, bth * d);
+        if (!s) s = fill_buffer(in->q[i], bench_rng_u64(&r), bth * d);
+        if (!s) s = fill_buffer(in->k[i], bench_rng_u64(&r), bth * d);
+        if (!s) s = fill_buffer(in->v[i], bench_rng_u64(&r), bth * d);
     }
-    if (!s && in->dO) s = fill_buffer(in->dO, &r, bth * d);
+    if (!s && in->dO) s = fill_buffer(in->dO, bench_rng_u64(&r), bth * d);
     if (s) {
         snprintf(why, why_n, "error uploading inputs: %s", vla_last_message());
         free_inputs(in);
