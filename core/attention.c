@@ -393,7 +393,7 @@ vla_status vla_attention_backward(vla_backend *b, const vla_attn_desc *d, const 
     if (r.algorithm == VLA_ALGO_AUTO) {
         if ((s = b->iface->resolve_algorithm(b, d, a, &r.algorithm))) return s;
         if (r.algorithm == VLA_ALGO_SCAN || r.algorithm == VLA_ALGO_TWO_LEVEL) r.algorithm = VLA_ALGO_CHUNKED;
-        if (r.algorithm == VLA_ALGO_CHUNKED && b->iface->backward_auto_chunked && !b->iface->backward_auto_chunked(d, a))
+        if (r.algorithm == VLA_ALGO_CHUNKED && b->iface->backward_auto_chunked && !b->iface->backward_auto_chunked(b, d, a))
             r.algorithm = VLA_ALGO_SEQUENTIAL;
     } else if (r.algorithm == VLA_ALGO_SCAN || r.algorithm == VLA_ALGO_TWO_LEVEL) {
         return vla_fail(b, VLA_ERR_UNSUPPORTED,

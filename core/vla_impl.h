@@ -39,7 +39,7 @@ typedef struct vla_backend_iface {
     /* Optional: whether the backward's AUTO keeps the chunked form where the forward's AUTO chose it
      * (nonzero), or takes the sequential form (0), from where the backend's timings put them. NULL:
      * it keeps it. */
-    int (*backward_auto_chunked)(const vla_attn_desc *d, const vla_attn_args *a);
+    int (*backward_auto_chunked)(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
     /* Optional: the nn ops of vla/nn.h (core/nn_impl.h). NULL: VLA_ERR_UNSUPPORTED. */
     const struct vla_nn_iface *nn;
 

@@ -212,8 +212,8 @@ static void print_md(const bench *x, FILE *f) {
     if (x->o.backward)
         fprintf(f, "<!-- --backward: each run times the forward alone, then forward + backward (dq, dk, dv from a "
                    "random dO) in one interval; fwd+bwd columns are their medians and rates, ratio = fwd+bwd / "
-                   "forward; bwd GFLOP = the CPU backward's count (tools/bench_count.c; OpenCL runs its sequential "
-                   "form for chunked too) -->\n");
+                   "forward; bwd GFLOP = the CPU backward's count (tools/bench_count.c; OpenCL's VLA runs its "
+                   "sequential form for chunked too) -->\n");
     fputc('\n', f);
     fprintf(f, "| backend | mechanism | algo | B | H | T | dk | dv | median ms | min ms | max ms | tokens/s | GFLOP/s | GB/s |%s\n",
             x->o.backward ? " fwd+bwd ms | fwd+bwd min ms | fwd+bwd max ms | (fwd+bwd)/fwd | bwd GFLOP | fwd+bwd GFLOP/s "

@@ -118,7 +118,8 @@ static vla_status cpu_resolve(vla_backend *b, const vla_attn_desc *d, const vla_
  * is faster for linear attention (36.1 / 161 against 46.7 / 189) and DeltaNet (55.3 / 229 against
  * 59.2 / 253) and still slower for VLA (106 / 448 against 94.0 / 405). So AUTO keeps chunked for
  * linear attention and DeltaNet from dk = 64, and takes sequential for VLA. */
-static int cpu_backward_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
+static int cpu_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
+    (void)b;
     return d->mechanism != VLA_MECH_VLA && a->dk >= 64;
 }
 

@@ -280,6 +280,8 @@ static const struct {
     [OCL_K_CP_NORM] = {"cp_norm", OCL_FAM_CHUNKPAR},
     [OCL_K_SOFTMAX_RB64] = {"softmax_rb64", OCL_FAM_SOFTMAX},
     [OCL_K_SOFTMAX_RB128] = {"softmax_rb128", OCL_FAM_SOFTMAX},
+    [OCL_K_GRAD_CHUNK] = {"grad_chunk", OCL_FAM_GRAD_CHUNK},
+    [OCL_K_GRAD_CHUNK_LOCAL] = {"grad_chunk", OCL_FAM_GRAD_CHUNK_LOCAL},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -294,6 +296,8 @@ static const char *const family_file[OCL_NFAM] = {
     [OCL_FAM_DELTA_PAPER] = "delta_paper.cl",
     [OCL_FAM_DELTA_PAPER_LOCAL] = "delta_paper.cl",
     [OCL_FAM_CHUNKPAR] = "chunkpar.cl",
+    [OCL_FAM_GRAD_CHUNK] = "grad_chunk.cl",
+    [OCL_FAM_GRAD_CHUNK_LOCAL] = "grad_chunk.cl",
 };
 /* A file a family's program takes between common.cl and its own (NULL: none). */
 static const char *const family_shared[OCL_NFAM] = {
@@ -303,6 +307,7 @@ static const char *const family_shared[OCL_NFAM] = {
  * ways, where OpenCL C 1.2 cannot choose an address space at run time. */
 static const char *const family_defines[OCL_NFAM] = {
     [OCL_FAM_DELTA_PAPER_LOCAL] = "#define DP_DST_LOCAL 1\n",
+    [OCL_FAM_GRAD_CHUNK_LOCAL] = "#define GC_LOCAL 1\n",
 };
 
 static const char *source(const char *name) {
@@ -329,8 +334,11 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
     /* No fast-math flags: the kernels must match the CPU backend up to ordinary rounding. */
     char opts[96];
     snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
-             /* chunkpar.cl on CPU devices: one item a group (ocl_chunkpar.c's cp_tune) */
-             f == OCL_FAM_CHUNKPAR && !ctx->cp_gpu ? " -DCP_ONE_ITEM=1" : "");
+             /* chunkpar.cl and grad_chunk.cl on CPU devices: one item a group (ocl_chunkpar.c's
+              * cp_tune, ocl_grad_chunk.c) */
+             (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_GRAD_CHUNK || f == OCL_FAM_GRAD_CHUNK_LOCAL) && !ctx->cp_gpu
+                 ? " -DCP_ONE_ITEM=1"
+                 : "");
     err = clBuildProgram(prog, 1, &ctx->device, opts, NULL, NULL);
     if (err != CL_SUCCESS) {
         char log[VLA_MSG_LEN] = "";
@@ -423,6 +431,7 @@ static const vla_backend_iface ocl_iface = {
     .timer_start = ocl_timer_start,
     .timer_stop = ocl_timer_stop,
     .resolve_algorithm = ocl_resolve,
+    .backward_auto_chunked = ocl_backward_auto_chunked,
     .attention_forward = ocl_forward,
     .attention_backward = ocl_backward,
     .nn = &ocl_nn_iface,

@@ -11,7 +11,8 @@
  *   3. the recurrent backward, one work-group per head (grad_gdr or grad_vla): a forward pass
  *      that keeps the states every C tokens, then chunk by chunk backwards, each chunk's
  *      per-token states recomputed into a C-token workspace; gradients of the prepared arrays,
- *      dv, dbeta, dg, dS_0, dA_0;
+ *      dv, dbeta, dg, dS_0, dA_0. Linear attention and DeltaNet under the `chunked` algorithm
+ *      take the chunk form here instead (ocl_grad_chunk.c, grad_chunk.cl);
  *   4. the normaliser's backward (dq~ and dk~ through n, dn_0);
  *   5. back through prep: dq, dk, du (grad_prep).
  * C is the descriptor's chunk (capped at T; halved while the chunk states of all heads would
@@ -30,7 +31,7 @@
 static const char *const gws_names[OCL_NGWS] = {
     "q~", "k~", "k^", "u", "beta k^", "dq~", "dk~", "dk^", "du", "q~.n", "do'.o'", "S checkpoints",
     "A checkpoints", "chunk S states", "chunk A states", "chunk a", "chunk z", "chunk scalars", "chunk e",
-    "dS", "dA", "softmax row max", "softmax row sum", "softmax dO.o",
+    "dS", "dA", "softmax row max", "softmax row sum", "softmax dO.o", "chunked backward work",
 };
 
 void ocl_gws_release(ocl_ctx *ctx) {
@@ -78,6 +79,8 @@ static vla_status gws(vla_backend *b, ocl_gws w, size_t bytes) {
     ctx->gws_size[w] = bytes;
     return VLA_OK;
 }
+
+vla_status ocl_gws_grow(vla_backend *b, ocl_gws w, size_t bytes) { return gws(b, w, bytes); }
 
 /* ---- launches (ocl_launch, ocl_internal.h): short spellings of the argument setters ---- */
 
@@ -168,13 +171,17 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         return VLA_OK;
 
     /* 1. Every kernel built, every work-group size known. */
+    const int chunked = d->algorithm == VLA_ALGO_CHUNKED && (linear || delta);
     const ocl_kernel_id core = vla ? OCL_K_GRAD_VLA : OCL_K_GRAD_GDR;
-    const ocl_kernel_id ids[] = {OCL_K_PREP, OCL_K_GRAD_PREP, core, OCL_K_GRAD_NORM_DEN, OCL_K_GRAD_NORM};
-    TRY(build(b, ids, has_n ? 5 : 3));
-    size_t wg_prep, wg_gprep, wg_core, wg_den = 32, wg_norm = 32;
+    const ocl_kernel_id ids[] = {OCL_K_PREP, OCL_K_GRAD_PREP, OCL_K_GRAD_NORM_DEN, OCL_K_GRAD_NORM};
+    TRY(build(b, ids, has_n ? 4 : 2));
+    size_t wg_prep, wg_gprep, wg_core = 32, wg_den = 32, wg_norm = 32;
     TRY(ocl_wg(b, OCL_K_PREP, 64, &wg_prep));
     TRY(ocl_wg(b, OCL_K_GRAD_PREP, 64, &wg_gprep));
-    TRY(ocl_wg(b, core, imax(dk, dv), &wg_core));
+    if (!chunked) {
+        TRY(build(b, &core, 1));
+        TRY(ocl_wg(b, core, imax(dk, dv), &wg_core));
+    }
     if (has_n) {
         TRY(ocl_wg(b, OCL_K_GRAD_NORM_DEN, imax(dk, dv), &wg_den)); /* as norm_out: the same sums */
         TRY(ocl_wg(b, OCL_K_GRAD_NORM, 64, &wg_norm));
@@ -205,10 +212,15 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         TRY(gws(b, OCL_GW_DUU, mul4(rows, dk, f, 1)));
     }
     if (delta && a->beta) TRY(gws(b, OCL_GW_W, mul4(rows, dk, f, 1)));
-    TRY(gws(b, OCL_GW_CKS, mul4(BH, nch, (size_t)dk * dv, f)));
-    TRY(gws(b, OCL_GW_WST, mul4(BH, C, (size_t)dk * dv, f)));
-    TRY(gws(b, OCL_GW_WE, mul4(BH, C, dv, f)));
-    TRY(gws(b, OCL_GW_DST, mul4(BH, dk, dv, rs)));
+    ocl_gc_call gc;
+    if (chunked) {
+        TRY(ocl_gc_plan(b, d, a, &gc)); /* its own checkpoints and chunk workspace */
+    } else {
+        TRY(gws(b, OCL_GW_CKS, mul4(BH, nch, (size_t)dk * dv, f)));
+        TRY(gws(b, OCL_GW_WST, mul4(BH, C, (size_t)dk * dv, f)));
+        TRY(gws(b, OCL_GW_WE, mul4(BH, C, dv, f)));
+        TRY(gws(b, OCL_GW_DST, mul4(BH, dk, dv, rs)));
+    }
     if (vla) {
         TRY(gws(b, OCL_GW_CKA, mul4(BH, nch, (size_t)dk * dk, rs)));
         TRY(gws(b, OCL_GW_WA, mul4(BH, C, (size_t)dk * dk, rs)));
@@ -253,7 +265,9 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
     if (g->dA_0) outs |= GO_DA0;
     /* The normaliser's backward reads dq~ (and, for linear, dk~) as the recurrent kernel leaves them. */
     if (has_n) outs |= GO_DQ | (linear ? GO_DK : 0);
-    if (vla) {
+    if (chunked) {
+        TRY(ocl_gc_run(b, d, a, g, &gc, outs));
+    } else if (vla) {
         ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_VLA);
         g_mem(&l, GW(UU)), g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->S_in)),
             g_int(&l, a->S_in != NULL), g_mem(&l, MEM(a->A_in)), g_int(&l, a->A_in != NULL),

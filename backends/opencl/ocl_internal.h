@@ -26,6 +26,8 @@ typedef enum ocl_family {
     OCL_FAM_DELTA_PAPER,       /* delta_paper.cl: the paper's DeltaNet, forward and backward */
     OCL_FAM_DELTA_PAPER_LOCAL, /* delta_paper.cl with DP_DST_LOCAL: the backward's adjoint in local memory */
     OCL_FAM_CHUNKPAR,          /* chunkpar.cl: the chunk-parallel form (ocl_chunkpar.c) */
+    OCL_FAM_GRAD_CHUNK,        /* grad_chunk.cl: the chunked backward, workspace in global memory */
+    OCL_FAM_GRAD_CHUNK_LOCAL,  /* grad_chunk.cl with GC_LOCAL: the workspace in local memory */
     OCL_NFAM
 } ocl_family;
 
@@ -72,6 +74,8 @@ typedef enum ocl_kernel_id {
     OCL_K_CP_NORM,
     OCL_K_SOFTMAX_RB64,  /* softmax.cl's register-blocked softmax, dv <= 64 */
     OCL_K_SOFTMAX_RB128, /* and dv <= 128 */
+    OCL_K_GRAD_CHUNK,
+    OCL_K_GRAD_CHUNK_LOCAL,
     OCL_NK
 } ocl_kernel_id;
 
@@ -96,6 +100,7 @@ typedef enum ocl_gws {
     OCL_GW_WAL, OCL_GW_WZ, OCL_GW_WSC, OCL_GW_WE,             /* chunk per-token vectors */
     OCL_GW_DST, OCL_GW_DA,                                    /* the adjoint states */
     OCL_GW_SM_M, OCL_GW_SM_L, OCL_GW_SM_D,                    /* softmax row statistics */
+    OCL_GW_GCW,                                               /* chunked backward's chunk workspace */
     OCL_NGWS
 } ocl_gws;
 
@@ -202,6 +207,23 @@ int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsi
 /* The backward op (ocl_grad.c). */
 vla_status ocl_backward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g);
 void ocl_gws_release(ocl_ctx *ctx);
+/* Makes backward workspace slot `w` hold at least `bytes` (0: the size overflowed). */
+vla_status ocl_gws_grow(vla_backend *b, ocl_gws w, size_t bytes);
+
+/* The chunked backward of linear attention and DeltaNet (ocl_grad_chunk.c, grad_chunk.cl), in
+ * place of the recurrent kernel in ocl_grad.c's sequence. ocl_gc_plan builds its kernel and
+ * sizes its workspace before anything is queued; ocl_gc_run enqueues it after prep and the
+ * normaliser's denominators, with `outs` the recurrent kernel's output bits. */
+typedef struct ocl_gc_call {
+    ocl_kernel_id id; /* OCL_K_GRAD_CHUNK_LOCAL where the workspace fits local memory */
+    int local, C, nch;
+    size_t wg, ws_reals; /* ws_reals: one head's workspace */
+} ocl_gc_call;
+vla_status ocl_gc_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_gc_call *c);
+vla_status ocl_gc_run(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g,
+                      const ocl_gc_call *c, int outs);
+/* The iface's backward_auto_chunked: for linear attention and DeltaNet, 1 on devices that are not GPUs. */
+int ocl_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 
 /* The nn ops (ocl_nn.c, vla/nn.h): the backend's table and the release of its state. */
 extern const struct vla_nn_iface ocl_nn_iface;

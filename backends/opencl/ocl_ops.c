@@ -98,7 +98,8 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "scan_maps", "scan_out", "chunk_map", "seg_compose", "softmax_rows", "grad_norm_den", "grad_norm", "grad_prep",
     "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "dp_prep", "dp_sequential", "grad_dp",
     "dp_grad_prep", "grad_dp (local dS)", "cp_gram", "cp_prefix", "cp_apart", "cp_aend", "cp_sfac", "cp_walk",
-    "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "CLBlast sgemm",
+    "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "grad_chunk", "grad_chunk (local)",
+    "CLBlast sgemm",
 };
 
 vla_status ocl_launch_run(ocl_launch *l, size_t groups, size_t wg) {

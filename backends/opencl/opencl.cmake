@@ -35,6 +35,7 @@ set(_vla_cl_sources
   ${_vla_cl_dir}/grad_vla.cl
   ${_vla_cl_dir}/delta_paper.cl
   ${_vla_cl_dir}/chunkpar.cl
+  ${_vla_cl_dir}/grad_chunk.cl
   ${_vla_cl_dir}/nn.cl)
 set(_vla_cl_generated ${CMAKE_CURRENT_BINARY_DIR}/vla_opencl_kernels.c)
 add_custom_command(
@@ -50,6 +51,7 @@ target_sources(vla PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ocl_ops.c
   ${CMAKE_CURRENT_LIST_DIR}/ocl_chunkpar.c
   ${CMAKE_CURRENT_LIST_DIR}/ocl_grad.c
+  ${CMAKE_CURRENT_LIST_DIR}/ocl_grad_chunk.c
   ${CMAKE_CURRENT_LIST_DIR}/ocl_nn.c
   ${_vla_cl_generated})
 target_include_directories(vla PRIVATE ${CMAKE_CURRENT_LIST_DIR})
