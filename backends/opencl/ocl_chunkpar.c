@@ -40,17 +40,6 @@ static int env_on(const char *name) {
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
-/* a * b * c * d bytes, or 0 on overflow. */
-static size_t mul4(size_t a, size_t b, size_t c, size_t d) {
-    size_t x = a;
-    const size_t f[3] = {b, c, d};
-    for (int i = 0; i < 3; i++) {
-        if (x && f[i] > SIZE_MAX / x) return 0;
-        x *= f[i];
-    }
-    return x;
-}
-
 /* The whole call chunk-parallel (mode 2 for VLA): R = 0, u and A_in not given, s_u != 0. */
 static int vla_apart_parallel(const vla_attn_desc *d, const vla_attn_args *a) {
     return d->refresh == 0 && !a->u && !a->A_in && d->u_scale != 0.0;
@@ -108,15 +97,15 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
         }
     const size_t f = sizeof(float), rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     const size_t BH = (size_t)c->BH, nch = (size_t)c->nch, dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C;
-    vla_status s = ocl_ws_grow(b, OCL_WS_MAPS, mul4(BH, nch, dk * (dk + dv), f));
-    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPX, mul4(BH, nch, dk * dv, f));
-    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPN, mul4(BH, nch + 1, dk, f));
-    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPT, mul4(BH, nch, dk * C, f));
-    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPO, mul4(BH, (size_t)c->T, dv, f));
+    vla_status s = ocl_ws_grow(b, OCL_WS_MAPS, ocl_mul4(BH, nch, dk * (dk + dv), f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPX, ocl_mul4(BH, nch, dk * dv, f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPN, ocl_mul4(BH, nch + 1, dk, f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPT, ocl_mul4(BH, nch, dk * C, f));
+    if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPO, ocl_mul4(BH, (size_t)c->T, dv, f));
     if (s == VLA_OK && c->mode == 2) {
-        s = ocl_ws_grow(b, OCL_WS_CPGR, mul4(BH, nch + 2, dk * dk, rs));
-        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPZ, mul4(BH, nch, 2 * dk * C, rs));
-        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPG, mul4(BH, nch, C * C, rs));
+        s = ocl_ws_grow(b, OCL_WS_CPGR, ocl_mul4(BH, nch + 2, dk * dk, rs));
+        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPZ, ocl_mul4(BH, nch, 2 * dk * C, rs));
+        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPG, ocl_mul4(BH, nch, C * C, rs));
     }
     if (s == VLA_ERR_OUT_OF_MEMORY) c->mode = 0; /* its scratch does not fit: the per-head path */
     return s == VLA_ERR_OUT_OF_MEMORY ? VLA_OK : s;

@@ -42,16 +42,6 @@ void ocl_gws_release(ocl_ctx *ctx) {
     }
 }
 
-/* a * b * c * d, or 0 on overflow. */
-static size_t mul4(size_t a, size_t b, size_t c, size_t d) {
-    size_t f[4] = {a, b, c, d}, x = 1;
-    for (int i = 0; i < 4; i++) {
-        if (f[i] && x > SIZE_MAX / f[i]) return 0;
-        x *= f[i];
-    }
-    return x;
-}
-
 /* Makes slot w hold at least `bytes` (0: the size overflowed). Kept between calls. */
 static vla_status gws(vla_backend *b, ocl_gws w, size_t bytes) {
     ocl_ctx *ctx = b->context;
@@ -114,7 +104,7 @@ static vla_status backward_softmax(vla_backend *b, const vla_attn_desc *d, const
     ocl_ctx *ctx = b->context;
     const int T = a->T, H = a->H, dk = a->dk, dv = a->dv;
     if (!g->dq && !g->dk && !g->dv) return VLA_OK;
-    const size_t nrows = mul4((size_t)a->B, (size_t)H, (size_t)T, 1);
+    const size_t nrows = ocl_mul4((size_t)a->B, (size_t)H, (size_t)T, 1);
     if (nrows > INT_MAX)
         return vla_fail(b, VLA_ERR_UNSUPPORTED,
                         "vla_attention_backward: softmax with B*H*T = %zu rows: at most %d on OpenCL", nrows, INT_MAX);
@@ -122,9 +112,9 @@ static vla_status backward_softmax(vla_backend *b, const vla_attn_desc *d, const
     TRY(build(b, ids, 3));
     size_t wg[3];
     for (int i = 0; i < 3; i++) TRY(ocl_wg(b, ids[i], 64, &wg[i]));
-    TRY(gws(b, OCL_GW_SM_M, mul4(nrows, sizeof(float), 1, 1)));
-    TRY(gws(b, OCL_GW_SM_L, mul4(nrows, sizeof(float), 1, 1)));
-    TRY(gws(b, OCL_GW_SM_D, mul4(nrows, sizeof(float), 1, 1)));
+    TRY(gws(b, OCL_GW_SM_M, ocl_mul4(nrows, sizeof(float), 1, 1)));
+    TRY(gws(b, OCL_GW_SM_L, ocl_mul4(nrows, sizeof(float), 1, 1)));
+    TRY(gws(b, OCL_GW_SM_D, ocl_mul4(nrows, sizeof(float), 1, 1)));
     const float scale = (float)d->scale;
 
     ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_SM_STATS);
@@ -193,41 +183,41 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
      * where one would pass the device's allocation limit, checkpoints every fewer tokens. */
     int C = d->chunk < T ? d->chunk : T;
     const size_t per_tok = vla && (size_t)dk * rs > (size_t)dv * f ? (size_t)dk * dk * rs : (size_t)dk * dv * f;
-    while (C > 1 && mul4(BH, C, per_tok, 1) > ctx->max_alloc) C = (C + 1) / 2;
+    while (C > 1 && ocl_mul4(BH, C, per_tok, 1) > ctx->max_alloc) C = (C + 1) / 2;
     const int nch = (T + C - 1) / C;
-    TRY(gws(b, OCL_GW_QF, mul4(rows, dk, f, 1)));
-    TRY(gws(b, OCL_GW_DQF, mul4(rows, dk, f, 1)));
+    TRY(gws(b, OCL_GW_QF, ocl_mul4(rows, dk, f, 1)));
+    TRY(gws(b, OCL_GW_DQF, ocl_mul4(rows, dk, f, 1)));
     if (has_n) {
-        TRY(gws(b, OCL_GW_KF, mul4(rows, dk, f, 1)));
-        TRY(gws(b, OCL_GW_DKF, mul4(rows, dk, f, 1)));
-        TRY(gws(b, OCL_GW_QN, mul4(rows, f, 1, 1)));
-        TRY(gws(b, OCL_GW_R, mul4(rows, f, 1, 1)));
+        TRY(gws(b, OCL_GW_KF, ocl_mul4(rows, dk, f, 1)));
+        TRY(gws(b, OCL_GW_DKF, ocl_mul4(rows, dk, f, 1)));
+        TRY(gws(b, OCL_GW_QN, ocl_mul4(rows, f, 1, 1)));
+        TRY(gws(b, OCL_GW_R, ocl_mul4(rows, f, 1, 1)));
     }
     if (vla || delta) {
-        TRY(gws(b, OCL_GW_KH, mul4(rows, dk, f, 1)));
-        TRY(gws(b, OCL_GW_DKH, mul4(rows, dk, f, 1)));
+        TRY(gws(b, OCL_GW_KH, ocl_mul4(rows, dk, f, 1)));
+        TRY(gws(b, OCL_GW_DKH, ocl_mul4(rows, dk, f, 1)));
     }
     if (vla) {
-        TRY(gws(b, OCL_GW_UU, mul4(rows, dk, f, 1)));
-        TRY(gws(b, OCL_GW_DUU, mul4(rows, dk, f, 1)));
+        TRY(gws(b, OCL_GW_UU, ocl_mul4(rows, dk, f, 1)));
+        TRY(gws(b, OCL_GW_DUU, ocl_mul4(rows, dk, f, 1)));
     }
-    if (delta && a->beta) TRY(gws(b, OCL_GW_W, mul4(rows, dk, f, 1)));
+    if (delta && a->beta) TRY(gws(b, OCL_GW_W, ocl_mul4(rows, dk, f, 1)));
     ocl_gc_call gc;
     if (chunked) {
         TRY(ocl_gc_plan(b, d, a, &gc)); /* its own checkpoints and chunk workspace */
     } else {
-        TRY(gws(b, OCL_GW_CKS, mul4(BH, nch, (size_t)dk * dv, f)));
-        TRY(gws(b, OCL_GW_WST, mul4(BH, C, (size_t)dk * dv, f)));
-        TRY(gws(b, OCL_GW_WE, mul4(BH, C, dv, f)));
-        TRY(gws(b, OCL_GW_DST, mul4(BH, dk, dv, rs)));
+        TRY(gws(b, OCL_GW_CKS, ocl_mul4(BH, nch, (size_t)dk * dv, f)));
+        TRY(gws(b, OCL_GW_WST, ocl_mul4(BH, C, (size_t)dk * dv, f)));
+        TRY(gws(b, OCL_GW_WE, ocl_mul4(BH, C, dv, f)));
+        TRY(gws(b, OCL_GW_DST, ocl_mul4(BH, dk, dv, rs)));
     }
     if (vla) {
-        TRY(gws(b, OCL_GW_CKA, mul4(BH, nch, (size_t)dk * dk, rs)));
-        TRY(gws(b, OCL_GW_WA, mul4(BH, C, (size_t)dk * dk, rs)));
-        TRY(gws(b, OCL_GW_WAL, mul4(BH, C, dk, f)));
-        TRY(gws(b, OCL_GW_WZ, mul4(BH, C, dk, rs)));
-        TRY(gws(b, OCL_GW_WSC, mul4(BH, C, 2, rs)));
-        TRY(gws(b, OCL_GW_DA, mul4(BH, dk, dk, rs)));
+        TRY(gws(b, OCL_GW_CKA, ocl_mul4(BH, nch, (size_t)dk * dk, rs)));
+        TRY(gws(b, OCL_GW_WA, ocl_mul4(BH, C, (size_t)dk * dk, rs)));
+        TRY(gws(b, OCL_GW_WAL, ocl_mul4(BH, C, dk, f)));
+        TRY(gws(b, OCL_GW_WZ, ocl_mul4(BH, C, dk, rs)));
+        TRY(gws(b, OCL_GW_WSC, ocl_mul4(BH, C, 2, rs)));
+        TRY(gws(b, OCL_GW_DA, ocl_mul4(BH, dk, dk, rs)));
     }
 
     /* 3. Preparation, as the forward's (prep.cl). */
@@ -354,16 +344,16 @@ static vla_status backward_delta_paper(vla_backend *b, const vla_attn_desc *d, c
     TRY(ocl_wg(b, OCL_K_DP_GRAD_PREP, 64, &wg_gprep));
 
     int C = d->chunk < T ? d->chunk : T;
-    while (C > 1 && mul4(BH, C, (size_t)dk * dv, f) > ctx->max_alloc) C = (C + 1) / 2;
+    while (C > 1 && ocl_mul4(BH, C, (size_t)dk * dv, f) > ctx->max_alloc) C = (C + 1) / 2;
     const int nch = (T + C - 1) / C;
-    TRY(gws(b, OCL_GW_QF, mul4(rows, dk, f, 1)));
-    TRY(gws(b, OCL_GW_KH, mul4(rows, dk, f, 1)));
-    if (g->dq) TRY(gws(b, OCL_GW_DQF, mul4(rows, dk, f, 1)));
-    if (g->dk) TRY(gws(b, OCL_GW_DKH, mul4(rows, dk, f, 1)));
-    TRY(gws(b, OCL_GW_CKS, mul4(BH, nch, (size_t)dk * dv, f)));
-    TRY(gws(b, OCL_GW_WST, mul4(BH, C, (size_t)dk * dv, f)));
-    TRY(gws(b, OCL_GW_WE, mul4(BH, C, dv, f)));
-    if (!dst_local) TRY(gws(b, OCL_GW_DST, mul4(BH, dk, dv, rs)));
+    TRY(gws(b, OCL_GW_QF, ocl_mul4(rows, dk, f, 1)));
+    TRY(gws(b, OCL_GW_KH, ocl_mul4(rows, dk, f, 1)));
+    if (g->dq) TRY(gws(b, OCL_GW_DQF, ocl_mul4(rows, dk, f, 1)));
+    if (g->dk) TRY(gws(b, OCL_GW_DKH, ocl_mul4(rows, dk, f, 1)));
+    TRY(gws(b, OCL_GW_CKS, ocl_mul4(BH, nch, (size_t)dk * dv, f)));
+    TRY(gws(b, OCL_GW_WST, ocl_mul4(BH, C, (size_t)dk * dv, f)));
+    TRY(gws(b, OCL_GW_WE, ocl_mul4(BH, C, dv, f)));
+    if (!dst_local) TRY(gws(b, OCL_GW_DST, ocl_mul4(BH, dk, dv, rs)));
 
     const float eps = (float)d->eps;
     {

@@ -15,16 +15,6 @@
 
 #include <stdint.h>
 
-/* a * b * c * d, or 0 on overflow. */
-static size_t mul4(size_t a, size_t b, size_t c, size_t d) {
-    size_t f[4] = {a, b, c, d}, x = 1;
-    for (int i = 0; i < 4; i++) {
-        if (f[i] && x > SIZE_MAX / f[i]) return 0;
-        x *= f[i];
-    }
-    return x;
-}
-
 /* grad_chunk.cl's gc_carve, summed. */
 static size_t gc_ws_reals(size_t C, size_t dk, size_t dv) {
     size_t bt = C * (dk > dv ? dk : dv);
@@ -52,7 +42,7 @@ vla_status ocl_gc_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
     int C = d->chunk < a->T ? d->chunk : a->T;
     c->local = gc_ws_reals((size_t)C, dk, dv) * rs + 256 * rs <= ctx->local_mem;
     if (!c->local)
-        while (C > 1 && mul4(BH, gc_ws_reals((size_t)C, dk, dv), rs, 1) > ctx->max_alloc) C = (C + 1) / 2;
+        while (C > 1 && ocl_mul4(BH, gc_ws_reals((size_t)C, dk, dv), rs, 1) > ctx->max_alloc) C = (C + 1) / 2;
     c->id = c->local ? OCL_K_GRAD_CHUNK_LOCAL : OCL_K_GRAD_CHUNK;
     c->C = C;
     c->nch = (a->T + C - 1) / C;
@@ -61,8 +51,8 @@ vla_status ocl_gc_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
     vla_status s = ocl_kernel(b, c->id, &k);
     c->wg = 1; /* devices that are not GPUs (cp_gpu off): one item a group (CP_ONE_ITEM) */
     if (s == VLA_OK && ctx->cp_gpu) s = ocl_wg(b, c->id, 256, &c->wg);
-    if (s == VLA_OK) s = ocl_gws_grow(b, OCL_GW_CKS, mul4(BH, (size_t)c->nch, dk * dv, rs));
-    if (s == VLA_OK && !c->local) s = ocl_gws_grow(b, OCL_GW_GCW, mul4(BH, c->ws_reals, rs, 1));
+    if (s == VLA_OK) s = ocl_gws_grow(b, OCL_GW_CKS, ocl_mul4(BH, (size_t)c->nch, dk * dv, rs));
+    if (s == VLA_OK && !c->local) s = ocl_gws_grow(b, OCL_GW_GCW, ocl_mul4(BH, c->ws_reals, rs, 1));
     return s;
 }
 

@@ -152,6 +152,16 @@ vla_status ocl_wg(vla_backend *b, ocl_kernel_id id, int want, size_t *out);
 
 extern const char *const ocl_kernel_names[OCL_NK + 1];
 
+/* a * b * c * d (workspace bytes), or 0 on overflow. */
+static inline size_t ocl_mul4(size_t a, size_t b, size_t c, size_t d) {
+    size_t f[4] = {a, b, c, d}, x = 1;
+    for (int i = 0; i < 4; i++) {
+        if (f[i] && x > SIZE_MAX / f[i]) return 0;
+        x *= f[i];
+    }
+    return x;
+}
+
 /* One launch of an op kernel (ocl_ops.c, ocl_chunkpar.c, ocl_grad.c): the arguments are set in
  * order, and the first clSetKernelArg error is kept and reported when the launch is enqueued. */
 typedef struct ocl_launch {

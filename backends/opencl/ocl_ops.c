@@ -48,13 +48,8 @@ void ocl_ws_release(ocl_ctx *ctx) {
     }
 }
 
-/* a * b * c (* d) bytes, or 0 on overflow. */
+/* a * b bytes, or 0 on overflow (four factors: ocl_mul4). */
 static size_t mul(size_t a, size_t b) { return (a && b > SIZE_MAX / a) ? 0 : a * b; }
-static size_t mul4(size_t a, size_t b, size_t c, size_t d) {
-    size_t x = mul(a, b);
-    x = x ? mul(x, c) : 0;
-    return x ? mul(x, d) : 0;
-}
 
 /* Makes workspace slot `w` hold at least `bytes` (0 means the size overflowed). */
 static vla_status ws(vla_backend *b, ocl_ws w, size_t bytes) {
@@ -479,42 +474,42 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     const size_t f = sizeof(float), rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     const size_t rows = mul(BH, T);
     const size_t mapsz = mul((size_t)dk, (size_t)dk + dv);
-    TRY(ws(b, OCL_WS_QF, mul4(rows, dk, f, 1)));
-    if (linear || (vla && d->normalize_output)) TRY(ws(b, OCL_WS_KF, mul4(rows, dk, f, 1)));
-    if (vla || delta) TRY(ws(b, OCL_WS_KH, mul4(rows, dk, f, 1)));
-    if (vla) TRY(ws(b, OCL_WS_UU, mul4(rows, dk, f, 1)));
-    if (delta && a->beta) TRY(ws(b, OCL_WS_W, mul4(rows, dk, f, 1)));
-    TRY(ws(b, OCL_WS_ST, mul4(BH, dk, dv, f)));
-    if (vla && (algo == VLA_ALGO_SEQUENTIAL || algo == VLA_ALGO_SCAN)) TRY(ws(b, OCL_WS_AT, mul4(BH, dk, dk, rs)));
-    if (vla && (algo == VLA_ALGO_SCAN || chunked)) TRY(ws(b, OCL_WS_AL, mul4(rows, dk, f, 1)));
+    TRY(ws(b, OCL_WS_QF, ocl_mul4(rows, dk, f, 1)));
+    if (linear || (vla && d->normalize_output)) TRY(ws(b, OCL_WS_KF, ocl_mul4(rows, dk, f, 1)));
+    if (vla || delta) TRY(ws(b, OCL_WS_KH, ocl_mul4(rows, dk, f, 1)));
+    if (vla) TRY(ws(b, OCL_WS_UU, ocl_mul4(rows, dk, f, 1)));
+    if (delta && a->beta) TRY(ws(b, OCL_WS_W, ocl_mul4(rows, dk, f, 1)));
+    TRY(ws(b, OCL_WS_ST, ocl_mul4(BH, dk, dv, f)));
+    if (vla && (algo == VLA_ALGO_SEQUENTIAL || algo == VLA_ALGO_SCAN)) TRY(ws(b, OCL_WS_AT, ocl_mul4(BH, dk, dk, rs)));
+    if (vla && (algo == VLA_ALGO_SCAN || chunked)) TRY(ws(b, OCL_WS_AL, ocl_mul4(rows, dk, f, 1)));
     if (algo == VLA_ALGO_SCAN) {
-        TRY(ws(b, OCL_WS_MAPS, mul4(rows, mapsz, f, 1)));
-        TRY(ws(b, OCL_WS_ST2, mul4(BH, dk, dv, f)));
-        if (ctx->clblast && T > 1) TRY(ws(b, OCL_WS_TMP, mul4(BH, T / 2, (size_t)dk * dk, f)));
+        TRY(ws(b, OCL_WS_MAPS, ocl_mul4(rows, mapsz, f, 1)));
+        TRY(ws(b, OCL_WS_ST2, ocl_mul4(BH, dk, dv, f)));
+        if (ctx->clblast && T > 1) TRY(ws(b, OCL_WS_TMP, ocl_mul4(BH, T / 2, (size_t)dk * dk, f)));
     }
     if (chunked) {
         TRY(ws(b, OCL_WS_STARTS, mul((size_t)p->nchunks + 1, sizeof(int))));
-        TRY(ws(b, OCL_WS_WR, mul4(rows, dk, f, 1)));
-        TRY(ws(b, OCL_WS_Y, mul4(rows, dv, f, 1)));
-        TRY(ws(b, OCL_WS_MQ, mul4(rows, p->C, f, 1)));
-        TRY(ws(b, OCL_WS_LM, mul4(rows, p->C, f, 1)));
+        TRY(ws(b, OCL_WS_WR, ocl_mul4(rows, dk, f, 1)));
+        TRY(ws(b, OCL_WS_Y, ocl_mul4(rows, dv, f, 1)));
+        TRY(ws(b, OCL_WS_MQ, ocl_mul4(rows, p->C, f, 1)));
+        TRY(ws(b, OCL_WS_LM, ocl_mul4(rows, p->C, f, 1)));
         if (a->g) {
-            TRY(ws(b, OCL_WS_DM, mul4(rows, p->C, f, 1)));
-            TRY(ws(b, OCL_WS_GAM, mul4(rows, f, 1, 1)));
-            TRY(ws(b, OCL_WS_DL, mul4(rows, f, 1, 1)));
+            TRY(ws(b, OCL_WS_DM, ocl_mul4(rows, p->C, f, 1)));
+            TRY(ws(b, OCL_WS_GAM, ocl_mul4(rows, f, 1, 1)));
+            TRY(ws(b, OCL_WS_DL, ocl_mul4(rows, f, 1, 1)));
         }
         if (vla) {
-            TRY(ws(b, OCL_WS_AF, mul4(BH, dk, dk, f)));
-            TRY(ws(b, OCL_WS_AD, mul4(BH, dk, dk, 2 * rs))); /* A, and A^T for the fallback */
-            TRY(ws(b, OCL_WS_Z, mul4(BH, p->C, dk, rs)));
-            TRY(ws(b, OCL_WS_G, mul4(BH, p->C, p->C, rs)));
-            TRY(ws(b, OCL_WS_M, mul4(BH, p->C, p->C, rs)));
+            TRY(ws(b, OCL_WS_AF, ocl_mul4(BH, dk, dk, f)));
+            TRY(ws(b, OCL_WS_AD, ocl_mul4(BH, dk, dk, 2 * rs))); /* A, and A^T for the fallback */
+            TRY(ws(b, OCL_WS_Z, ocl_mul4(BH, p->C, dk, rs)));
+            TRY(ws(b, OCL_WS_G, ocl_mul4(BH, p->C, p->C, rs)));
+            TRY(ws(b, OCL_WS_M, ocl_mul4(BH, p->C, p->C, rs)));
         }
         if (algo == VLA_ALGO_TWO_LEVEL) {
-            TRY(ws(b, OCL_WS_MAPS, mul4(BH, p->nchunks, mapsz, f)));
-            TRY(ws(b, OCL_WS_SEGMAPS, mul4(BH, p->nseg, mapsz, f)));
-            TRY(ws(b, OCL_WS_STSEG, mul4(BH, p->nseg, (size_t)dk * dv, f)));
-            if (ctx->clblast && p->nseg > 1) TRY(ws(b, OCL_WS_TMP, mul4(BH, p->nseg / 2, (size_t)dk * dk, f)));
+            TRY(ws(b, OCL_WS_MAPS, ocl_mul4(BH, p->nchunks, mapsz, f)));
+            TRY(ws(b, OCL_WS_SEGMAPS, ocl_mul4(BH, p->nseg, mapsz, f)));
+            TRY(ws(b, OCL_WS_STSEG, ocl_mul4(BH, p->nseg, (size_t)dk * dv, f)));
+            if (ctx->clblast && p->nseg > 1) TRY(ws(b, OCL_WS_TMP, ocl_mul4(BH, p->nseg / 2, (size_t)dk * dk, f)));
         }
         cl_int err = clEnqueueWriteBuffer(ctx->queue, WS(STARTS), CL_TRUE, 0, sizeof(int) * ((size_t)p->nchunks + 1),
                                           p->starts, 0, NULL, NULL);
@@ -544,7 +539,7 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     }
 
     /* 4. Start states. */
-    const size_t sbytes = mul4(BH, dk, dv, f), abytes = mul4(BH, dk, dk, f);
+    const size_t sbytes = ocl_mul4(BH, dk, dv, f), abytes = ocl_mul4(BH, dk, dk, f);
     if (a->S_in) TRY(copy_buf(b, (cl_mem)a->S_in->mem, WS(ST), sbytes));
     else TRY(zero_buf(b, WS(ST), sbytes));
     const float inv_lambda = (float)(1.0 / d->lambda0);
@@ -705,9 +700,9 @@ static vla_status forward_delta_paper(vla_backend *b, const vla_attn_desc *d, co
     TRY(ocl_kernel(b, OCL_K_DP_SEQ, &kern));
     const size_t wg_prep = wg_of(b, OCL_K_DP_PREP, 64, &s), wg_seq = wg_of(b, OCL_K_DP_SEQ, imax(dk, dv), &s);
     TRY(s);
-    const size_t sbytes = mul4(BH, dk, dv, f);
-    TRY(ws(b, OCL_WS_QF, mul4(rows, dk, f, 1)));
-    TRY(ws(b, OCL_WS_KH, mul4(rows, dk, f, 1)));
+    const size_t sbytes = ocl_mul4(BH, dk, dv, f);
+    TRY(ws(b, OCL_WS_QF, ocl_mul4(rows, dk, f, 1)));
+    TRY(ws(b, OCL_WS_KH, ocl_mul4(rows, dk, f, 1)));
     TRY(ws(b, OCL_WS_ST, sbytes));
 
     ocl_launch l = ocl_launch_start(b, OCL_K_DP_PREP);
