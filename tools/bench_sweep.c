@@ -56,6 +56,7 @@ static vla_status time_call(bench *x, const vla_attn_desc *d, const vla_attn_arg
         s = vla_attention_backward(x->b, d, a, g);
         if (bwd) *bwd = s != VLA_OK;
     }
+    if (s != VLA_OK) return s; /* the timer's stop would replace the handle's message */
     double elapsed = 0;
     int dev = 0;
     const vla_status s2 = vla_backend_timer_stop(x->b, &elapsed, &dev);

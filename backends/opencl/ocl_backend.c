@@ -282,6 +282,15 @@ static const struct {
     [OCL_K_SOFTMAX_RB128] = {"softmax_rb128", OCL_FAM_SOFTMAX},
     [OCL_K_GRAD_CHUNK] = {"grad_chunk", OCL_FAM_GRAD_CHUNK},
     [OCL_K_GRAD_CHUNK_LOCAL] = {"grad_chunk", OCL_FAM_GRAD_CHUNK_LOCAL},
+    [OCL_K_CP_WALK_LOCAL] = {"cp_walk_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_SFAC_LOCAL] = {"cp_sfac_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_OUT_LOCAL] = {"cp_out_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_GRAM_LOCAL] = {"cp_gram_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL8] = {"cp_walk_local8", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL4] = {"cp_walk_local4", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL2] = {"cp_walk_local2", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_APART_LOCAL] = {"cp_apart_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_AEND_LOCAL] = {"cp_aend_local", OCL_FAM_CHUNKPAR},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -335,8 +344,9 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
     char opts[96];
     snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
              /* chunkpar.cl and grad_chunk.cl on CPU devices: one item a group (ocl_chunkpar.c's
-              * cp_tune, ocl_grad_chunk.c) */
-             (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_GRAD_CHUNK || f == OCL_FAM_GRAD_CHUNK_LOCAL) && !ctx->cp_gpu
+              * cp_tune, ocl_grad_chunk.c); prep.cl: one item a row */
+             (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_GRAD_CHUNK || f == OCL_FAM_GRAD_CHUNK_LOCAL || f == OCL_FAM_PREP) &&
+                     !ctx->cp_gpu
                  ? " -DCP_ONE_ITEM=1"
                  : "");
     err = clBuildProgram(prog, 1, &ctx->device, opts, NULL, NULL);

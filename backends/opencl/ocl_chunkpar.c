@@ -35,6 +35,15 @@ typedef struct cp_tune {
 static const cp_tune tune_cpu = {1, 1, 64};
 static const cp_tune tune_gpu = {128, 32, 256};
 
+/* cp_walk_local's group (WALK_WG in chunkpar.cl) and its local arrays: P [dk][dk + 1],
+ * N and X [dk][vb]. */
+#define WALK_WG 128
+/* Local memory left unplanned: what a driver may take for itself beside a kernel's arrays. */
+#define LOCAL_SPARE 4096
+static size_t walk_local_bytes(int dk, int vb) {
+    return sizeof(float) * ((size_t)dk * (dk + 1) + 2 * (size_t)dk * vb);
+}
+
 static int env_on(const char *name) {
     const char *v = getenv(name);
     return v && v[0] && strcmp(v, "0") != 0;
@@ -56,23 +65,118 @@ int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
     return d->mechanism == VLA_MECH_VLA && vla_apart_parallel(d, a);
 }
 
-/* GPUs. Measured with NVIDIA's driver on an H100 (132 compute units; forward, median ms, chunked
- * GPU form vs sequential; benchmarks/results/2026-12-06-h100-opencl-speed/):
- *   (B,H,d) = (1,4,32), T = 2048 / 8192 / 32768: VLA 5.42 / 17.4 / 75.7 vs 8.98 / 37.5 / 157;
- *     linear 0.86 / 1.81 / 9.73 vs 4.48 / 19.8 / 101; DeltaNet 4.82 / 16.6 / 73.6 vs 3.59 / 14.4 / 62.9
- *   (8,16,64), T = 2048 / 8192: VLA 42.7 / 165 vs 21.4 / 86.2; linear 11.3 / 43.9 vs 11.2 / 45.4;
- *     DeltaNet 32.3 / 127 vs 9.21 / 38.3
- * and in the trainer's step (B = 64, H = 4, d = 32, T = 73, benchmarks/results/
- * 2026-12-06-h100-train-speed/, whose OpenCL backward is the same either way): linear 10.86 ms a
- * step chunked vs 10.15 sequential, VLA 16.15 vs 14.97. So: DeltaNet sequential (its chunked form
- * is slower at every point); linear and VLA chunked while their heads would leave most of the
- * device idle in the sequential form (one work-group a head: 4 heads on 132 units won; 128 tied
- * or lost, 256 lost), taken here as B H at most half the compute units, and for VLA only where the
- * whole call is chunk-parallel. */
+/* GPUs. Where the local-memory kernels apply (no g; dk, dv and the chunk at most 64), the
+ * chunked form was faster than the sequential one at every row timed with NVIDIA's driver on an
+ * H100 (VLA 1.4-17x, linear 3.5-25x, DeltaNet 1.6-6.7x, forward; `OPENCL_TIMES` below); without
+ * them (the global-memory kernels), as before they existed: linear and VLA chunked only while
+ * their heads would leave most of the device idle in the sequential form (B H at most half the
+ * compute units), DeltaNet sequential. VLA chunked only where the whole call is chunk-parallel. */
 int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsigned compute_units) {
     if (a->T < 16 || env_on("VLA_OPENCL_NO_CHUNKPAR")) return 0;
+    if (d->mechanism == VLA_MECH_VLA && !vla_apart_parallel(d, a)) return 0;
+    const int local = !a->g && a->dk <= 64 && a->dv <= 64 && d->chunk <= 64 && !env_on("VLA_OPENCL_CP_GLOBAL");
+    if (local) return d->mechanism == VLA_MECH_LINEAR || d->mechanism == VLA_MECH_DELTA || d->mechanism == VLA_MECH_VLA;
     if (2 * (long long)a->B * a->H > (long long)compute_units) return 0;
-    return d->mechanism == VLA_MECH_LINEAR || (d->mechanism == VLA_MECH_VLA && vla_apart_parallel(d, a));
+    return d->mechanism == VLA_MECH_LINEAR || d->mechanism == VLA_MECH_VLA;
+}
+
+/* The walk's form: cp_walk_local on GPUs where dk <= 64 and its local arrays fit, with vb value
+ * columns a group: the widest of 32, 16, 8 that still gives every compute unit a group (few
+ * heads: narrower blocks, more groups; each step's cost falls with vb), and no wider than dv
+ * needs; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
+static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    c->walk_vb = 0;
+    if (!ctx->cp_gpu || c->dk > 64 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
+    int vb = 32; /* a power of two: WALK_WG / vb items a column */
+    while (vb > 8 && ((long long)c->BH * ((c->dv + vb - 1) / vb) < (long long)ctx->compute_units || vb / 2 >= c->dv))
+        vb /= 2;
+    const char *force = getenv("VLA_OPENCL_WALK_VB"); /* 8, 16 or 32: the tests' and timings' way to pick */
+    if (force && (atoi(force) == 8 || atoi(force) == 16 || atoi(force) == 32)) vb = atoi(force);
+    if (walk_local_bytes(c->dk, vb) + LOCAL_SPARE > ctx->local_mem) return VLA_OK;
+    const int rs = WALK_WG / vb, nr = (c->dk + rs - 1) / rs;
+    const ocl_kernel_id id = nr <= 2   ? OCL_K_CP_WALK_LOCAL2
+                             : nr <= 4 ? OCL_K_CP_WALK_LOCAL4
+                             : nr <= 8 ? OCL_K_CP_WALK_LOCAL8
+                                       : OCL_K_CP_WALK_LOCAL;
+    cl_kernel k;
+    vla_status s = ocl_kernel(b, id, &k);
+    if (s != VLA_OK) return s;
+    size_t wg = 0;
+    s = ocl_wg(b, id, WALK_WG, &wg);
+    if (s == VLA_OK && wg == WALK_WG) c->walk_vb = vb, c->walk_id = id;
+    return s;
+}
+
+/* cp_sfac_local and cp_out_local (chunkpar.cl) on GPUs: no g, dk, dv, C <= 64. Their operands
+ * pass through a local slab of ks columns: the widest of 64, 32, 16 whose arrays fit the device's
+ * local memory less LOCAL_SPARE (at dk = dv = C = 64 the whole arrays, 48 KB, did not run on
+ * NVIDIA's 48 KB). cp_out_local takes an item a 4 x 4 tile of the chunk's output. */
+static size_t imax_z(size_t a, size_t b) { return a > b ? a : b; }
+static size_t local_bytes(const ocl_cp_call *c, int ks) {
+    const size_t dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C, k = (size_t)ks;
+    return sizeof(float) * imax_z(dk * C + C * C + C * k, dk * dv + C * dv + C * k);
+}
+static vla_status local_plan(vla_backend *b, ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    c->out_wg = c->ks = 0;
+    if (!ctx->cp_gpu || c->has_g || c->dk > 64 || c->dv > 64 || c->C > 64 || env_on("VLA_OPENCL_CP_GLOBAL"))
+        return VLA_OK;
+    const char *force = getenv("VLA_OPENCL_CP_SLAB"); /* 16, 32 or 64: the tests' way to run every width */
+    int ks = force && (atoi(force) == 16 || atoi(force) == 32) ? atoi(force) : 64;
+    while (ks >= 16 && local_bytes(c, ks) + LOCAL_SPARE > ctx->local_mem) ks /= 2;
+    if (ks < 16) return VLA_OK;
+    const int tiles = ((c->C + 3) / 4) * ((c->dv + 3) / 4);
+    size_t wg_s = 0, wg_o = 0;
+    cl_kernel k;
+    vla_status s = ocl_kernel(b, OCL_K_CP_SFAC_LOCAL, &k);
+    if (s == VLA_OK) s = ocl_kernel(b, OCL_K_CP_OUT_LOCAL, &k);
+    if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_SFAC_LOCAL, 256, &wg_s);
+    if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_OUT_LOCAL, tiles, &wg_o);
+    if (s == VLA_OK && wg_s == 256 && wg_o >= (size_t)tiles) c->out_wg = (int)wg_o, c->ks = ks;
+    return s;
+}
+
+/* VLA's A part on GPUs: cp_gram_local where dk <= 64 and the chunk's U fits local memory;
+ * cp_apart_local where C <= 64 (a tile of G an item) and its arrays fit (apart_local_bytes). */
+static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
+    const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float), dk = (size_t)dk_, C = (size_t)Ca;
+    return rs * (dk * (dk + 1) / 2 + dk * (C + 1) + C * (C + 1) / 2);
+}
+/* cp_apart_local's piece: each chunk's A part in ppc pieces of at most Ca tokens, Ca = C where
+ * its arrays fit, else the longest power of two down to 16 that fits (at dk = 64 in fp64: 32);
+ * VLA_OPENCL_CP_ACHUNK=N asks for at most N (the tests' way to run the pieces). A piece's group
+ * adds its chunk's earlier tokens' U^T U to M_j itself, so the Gram sums and their prefix stay
+ * per chunk (per piece they doubled the prefix's traffic at dk = 64). */
+static vla_status gram_plan(vla_backend *b, ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    c->gram_wg = c->apart_local = c->aend_local = 0;
+    c->Ca = c->C, c->ppc = 1;
+    if (!ctx->cp_gpu || c->dk > 64 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
+    cl_kernel k;
+    size_t wg = 0;
+    vla_status s = VLA_OK;
+    const char *force = getenv("VLA_OPENCL_CP_ACHUNK");
+    int Ca = c->C < 64 ? c->C : 64;
+    if (force && atoi(force) >= 1 && atoi(force) < Ca) Ca = atoi(force);
+    while (Ca > 16 && apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
+    if (apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE <= ctx->local_mem) {
+        s = ocl_kernel(b, OCL_K_CP_APART_LOCAL, &k);
+        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, 256, &wg);
+        if (s == VLA_OK && wg == 256) c->apart_local = 1, c->Ca = Ca, c->ppc = (c->C + Ca - 1) / Ca;
+    }
+    const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
+    if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {
+        s = ocl_kernel(b, OCL_K_CP_AEND_LOCAL, &k);
+        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_AEND_LOCAL, 256, &wg);
+        if (s == VLA_OK) c->aend_local = wg == 256;
+    }
+    if (s == VLA_OK && sizeof(float) * (size_t)c->C * c->dk + LOCAL_SPARE <= ctx->local_mem) {
+        s = ocl_kernel(b, OCL_K_CP_GRAM_LOCAL, &k);
+        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_GRAM_LOCAL, 256, &wg);
+        if (s == VLA_OK) c->gram_wg = (int)wg;
+    }
+    return s;
 }
 
 vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c) {
@@ -97,7 +201,9 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
         }
     const size_t f = sizeof(float), rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     const size_t BH = (size_t)c->BH, nch = (size_t)c->nch, dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C;
-    vla_status s = ocl_ws_grow(b, OCL_WS_MAPS, ocl_mul4(BH, nch, dk * (dk + dv), f));
+    vla_status s = c->mode == 2 ? gram_plan(b, c) : VLA_OK;
+    if (s != VLA_OK) return s;
+    s = ocl_ws_grow(b, OCL_WS_MAPS, ocl_mul4(BH, nch, dk * (dk + dv), f));
     if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPX, ocl_mul4(BH, nch, dk * dv, f));
     if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPN, ocl_mul4(BH, nch + 1, dk, f));
     if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPT, ocl_mul4(BH, nch, dk * C, f));
@@ -108,6 +214,8 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
         if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPG, ocl_mul4(BH, nch, C * C, rs));
     }
     if (s == VLA_ERR_OUT_OF_MEMORY) c->mode = 0; /* its scratch does not fit: the per-head path */
+    if (s == VLA_OK && c->mode) s = walk_plan(b, c);
+    if (s == VLA_OK && c->mode) s = local_plan(b, c);
     return s == VLA_ERR_OUT_OF_MEMORY ? VLA_OK : s;
 }
 
@@ -143,19 +251,40 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     const int big = dk + dv > C ? dk + dv : C; /* the widest loop of a per-chunk kernel */
     const int cw = tn->chunk_wg < big ? tn->chunk_wg : big;
     if (c->mode == 2) {
-        ocl_launch g = ocl_launch_start(b, OCL_K_CP_GRAM);
+        ocl_launch g = ocl_launch_start(b, c->gram_wg ? OCL_K_CP_GRAM_LOCAL : OCL_K_CP_GRAM);
         m_(&g, c->starts), i_(&g, nch), m_(&g, WS(UU)), m_(&g, WS(CPGR)), i_(&g, T), i_(&g, dk);
-        TRY(cp_run(&g, chunks, cw));
+        if (c->gram_wg) {
+            ocl_launch_arg(&g, sizeof(float) * (size_t)C * dk, NULL);
+            TRY(ocl_launch_run(&g, chunks, (size_t)c->gram_wg));
+        } else
+            TRY(cp_run(&g, chunks, cw));
         const int span = ctx->cp_gpu ? tn->flat_wg : dk * dk; /* CPU devices: one item a head */
         const int per_head = (dk * dk + span - 1) / span;
         ocl_launch p = ocl_launch_start(b, OCL_K_CP_PREFIX);
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
-        ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART);
-        m_(&ap, c->starts), i_(&ap, nch), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(CPZ)), m_(&ap, WS(CPG)),
-            m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, C), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
-        TRY(cp_run(&ap, chunks, cw));
-        if (a->A_out) {
+        if (c->apart_local) {
+            const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
+            ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_LOCAL);
+            const int Ca = c->Ca;
+            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->ppc), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(AL)),
+                i_(&ap, T), i_(&ap, dk), i_(&ap, Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
+            ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1), NULL);
+            ocl_launch_arg(&ap, rs * (size_t)Ca * (Ca + 1) / 2, NULL);
+            TRY(ocl_launch_run(&ap, chunks * (size_t)c->ppc, 256));
+        } else {
+            ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART);
+            m_(&ap, c->starts), i_(&ap, nch), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(CPZ)), m_(&ap, WS(CPG)),
+                m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, C), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
+            TRY(cp_run(&ap, chunks, cw));
+        }
+        if (a->A_out && c->aend_local) {
+            const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float), tri = rs * (size_t)dk * (dk + 1) / 2;
+            ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND_LOCAL);
+            m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
+            ocl_launch_arg(&e, tri, NULL), ocl_launch_arg(&e, tri, NULL);
+            TRY(ocl_launch_run(&e, BH, 256));
+        } else if (a->A_out) {
             ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             TRY(cp_run(&e, BH, dk < tn->chunk_wg ? dk : tn->chunk_wg));
@@ -163,7 +292,16 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     }
     const cl_mem dummy = ctx->dummy, gm = c->has_g ? c->g : dummy;
     const cl_mem gam = c->has_g ? WS(GAM) : dummy, dl = c->has_g ? WS(DL) : dummy;
-    {
+    const size_t f = sizeof(float);
+    if (c->out_wg) {
+        ocl_launch l = ocl_launch_start(b, OCL_K_CP_SFAC_LOCAL);
+        m_(&l, c->starts), i_(&l, nch), m_(&l, c->kr), m_(&l, c->w), m_(&l, c->q), m_(&l, c->v), i_(&l, c->residual),
+            m_(&l, WS(WR)), m_(&l, WS(Y)), m_(&l, WS(MQ)), m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk),
+            i_(&l, dv), i_(&l, C), i_(&l, c->ks);
+        ocl_launch_arg(&l, f * dk * C, NULL), ocl_launch_arg(&l, f * C * C, NULL), ocl_launch_arg(&l, f * C * c->ks, NULL);
+        i_(&l, env_on("VLA_OPENCL_SFAC_SPLIT"));
+        TRY(ocl_launch_run(&l, chunks, 256));
+    } else {
         ocl_launch l = ocl_launch_start(b, OCL_K_CP_SFAC);
         m_(&l, c->starts), i_(&l, nch), m_(&l, c->kr), m_(&l, c->w), m_(&l, c->q), m_(&l, c->v), m_(&l, gm),
             i_(&l, c->has_g), i_(&l, c->residual), m_(&l, WS(WR)), m_(&l, WS(Y)), m_(&l, WS(MQ)),
@@ -171,7 +309,17 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk), i_(&l, dv), i_(&l, C);
         TRY(cp_run(&l, chunks, cw));
     }
-    {
+    if (c->walk_vb) {
+        const int vb = c->walk_vb, per_head = (dv + vb - 1) / vb;
+        ocl_launch w = ocl_launch_start(b, (ocl_kernel_id)c->walk_id);
+        m_(&w, WS(MAPS)), i_(&w, nch), m_(&w, WS(CPX)), m_(&w, WS(ST)), i_(&w, dk), i_(&w, dv), i_(&w, per_head),
+            i_(&w, vb), i_(&w, !c->residual && !c->has_g);
+        ocl_launch_arg(&w, sizeof(float) * (size_t)dk * (dk + 1), NULL);
+        ocl_launch_arg(&w, sizeof(float) * (size_t)dk * vb, NULL);
+        ocl_launch_arg(&w, sizeof(float) * (size_t)dk * vb, NULL);
+        i_(&w, env_on("VLA_OPENCL_WALK_COND"));
+        TRY(ocl_launch_run(&w, BH * (size_t)per_head, WALK_WG));
+    } else {
         /* CPU devices: one item a head walks all columns (its loops vectorise); GPUs: walk_wg
          * columns a group. */
         const int span = ctx->cp_gpu ? tn->walk_wg : dv;
@@ -181,11 +329,19 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             i_(&w, span), i_(&w, !c->residual && !c->has_g);
         TRY(cp_run(&w, BH * (size_t)per_head, tn->walk_wg));
     }
-    ocl_launch o = ocl_launch_start(b, OCL_K_CP_OUT);
-    m_(&o, c->starts), i_(&o, nch), m_(&o, c->q), m_(&o, WS(WR)), m_(&o, WS(Y)), m_(&o, WS(MQ)), m_(&o, gam),
-        i_(&o, c->has_g), i_(&o, c->residual), m_(&o, WS(CPX)), m_(&o, WS(CPO)), m_(&o, c->o), i_(&o, T), i_(&o, c->H),
-        i_(&o, dk), i_(&o, dv), i_(&o, C);
-    TRY(cp_run(&o, chunks, cw));
+    if (c->out_wg) {
+        ocl_launch o = ocl_launch_start(b, OCL_K_CP_OUT_LOCAL);
+        m_(&o, c->starts), i_(&o, nch), m_(&o, c->q), m_(&o, WS(WR)), m_(&o, WS(Y)), m_(&o, WS(MQ)), i_(&o, c->residual),
+            m_(&o, WS(CPX)), m_(&o, c->o), i_(&o, T), i_(&o, c->H), i_(&o, dk), i_(&o, dv), i_(&o, C), i_(&o, c->ks);
+        ocl_launch_arg(&o, f * dk * dv, NULL), ocl_launch_arg(&o, f * C * dv, NULL), ocl_launch_arg(&o, f * C * c->ks, NULL);
+        TRY(ocl_launch_run(&o, chunks, (size_t)c->out_wg));
+    } else {
+        ocl_launch o = ocl_launch_start(b, OCL_K_CP_OUT);
+        m_(&o, c->starts), i_(&o, nch), m_(&o, c->q), m_(&o, WS(WR)), m_(&o, WS(Y)), m_(&o, WS(MQ)), m_(&o, gam),
+            i_(&o, c->has_g), i_(&o, c->residual), m_(&o, WS(CPX)), m_(&o, WS(CPO)), m_(&o, c->o), i_(&o, T),
+            i_(&o, c->H), i_(&o, dk), i_(&o, dv), i_(&o, C);
+        TRY(cp_run(&o, chunks, cw));
+    }
     const int linear = d->mechanism == VLA_MECH_LINEAR;
     if (linear || (d->mechanism == VLA_MECH_VLA && d->normalize_output)) {
         const int nw = dk < cw ? dk : cw;

@@ -166,7 +166,7 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
     const ocl_kernel_id ids[] = {OCL_K_PREP, OCL_K_GRAD_PREP, OCL_K_GRAD_NORM_DEN, OCL_K_GRAD_NORM};
     TRY(build(b, ids, has_n ? 4 : 2));
     size_t wg_prep, wg_gprep, wg_core = 32, wg_den = 32, wg_norm = 32;
-    TRY(ocl_wg(b, OCL_K_PREP, 64, &wg_prep));
+    TRY(ocl_wg(b, OCL_K_PREP, 128, &wg_prep));
     TRY(ocl_wg(b, OCL_K_GRAD_PREP, 64, &wg_gprep));
     if (!chunked) {
         TRY(build(b, &core, 1));
@@ -233,7 +233,7 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         g_mem(&l, (delta && a->beta) ? GW(W) : ctx->dummy);
         g_int(&l, a->B), g_int(&l, T), g_int(&l, H), g_int(&l, dk), g_int(&l, (int)d->feature_map), g_int(&l, flags);
         g_flt(&l, eps), g_flt(&l, (float)d->u_scale);
-        TRY(ocl_launch_items(&l, rows, wg_prep));
+        TRY(ocl_launch_run(&l, ocl_prep_groups(ctx, rows, dk, wg_prep), wg_prep));
     }
     if (has_n) {
         ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_NORM_DEN);

@@ -76,6 +76,15 @@ typedef enum ocl_kernel_id {
     OCL_K_SOFTMAX_RB128, /* and dv <= 128 */
     OCL_K_GRAD_CHUNK,
     OCL_K_GRAD_CHUNK_LOCAL,
+    OCL_K_CP_WALK_LOCAL, /* cp_walk with its state and maps in local memory (GPUs, dk <= 64) */
+    OCL_K_CP_SFAC_LOCAL, /* cp_sfac and cp_out in local memory (GPUs, no g, dk, dv, C <= 64) */
+    OCL_K_CP_OUT_LOCAL,
+    OCL_K_CP_GRAM_LOCAL, /* cp_gram with the chunk's U in local memory (GPUs, dk <= 64) */
+    OCL_K_CP_WALK_LOCAL8, /* cp_walk_local with at most 8, 4, 2 rows an item */
+    OCL_K_CP_WALK_LOCAL4,
+    OCL_K_CP_WALK_LOCAL2,
+    OCL_K_CP_APART_LOCAL,
+    OCL_K_CP_AEND_LOCAL, /* cp_apart in local memory (GPUs, where its arrays fit: dk = 32, C = 64 in fp64) */
     OCL_NK
 } ocl_kernel_id;
 
@@ -189,6 +198,15 @@ static inline vla_status ocl_launch_items(ocl_launch *l, size_t items, size_t wg
     return ocl_launch_run(l, (items + wg - 1) / wg, wg);
 }
 
+/* prep.cl's launch: lanes L a token row (the power of two >= dk, at most wg: prep_lanes; 1 where
+ * prep.cl is built with CP_ONE_ITEM, cp_gpu off), wg / L rows a group. */
+static inline size_t ocl_prep_groups(const ocl_ctx *ctx, size_t rows, int dk, size_t wg) {
+    size_t L = 1;
+    while (ctx->cp_gpu && L < (size_t)dk && L < wg) L <<= 1;
+    const size_t per = wg / L;
+    return (rows + per - 1) / per;
+}
+
 /* The op (ocl_ops.c). */
 vla_status ocl_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 vla_status ocl_resolve(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, vla_algorithm *out);
@@ -205,6 +223,15 @@ typedef struct ocl_cp_call {
     int mode;
     int T, H, dk, dv, BH, C, nch;
     int residual, has_g;
+    int walk_vb; /* value columns a cp_walk_local group (0: cp_walk) */
+    int walk_id; /* its kernel (ocl_kernel_id): by rows an item */
+    int out_wg;  /* cp_sfac_local and cp_out_local: cp_out_local's group (0: cp_sfac and cp_out) */
+    int ks;      /* and their slab's columns */
+    int gram_wg; /* cp_gram_local's group (0: cp_gram) */
+    int apart_local; /* cp_apart_local (256 items) in place of cp_apart */
+    int aend_local;  /* cp_aend_local (256 items) in place of cp_aend */
+    int Ca, ppc;     /* cp_apart_local: each chunk in ppc pieces of at most Ca tokens (C and 1 unless
+                        its arrays need them shorter to fit local memory) */
     cl_mem kr, w, q, v, g, o, starts;
 } ocl_cp_call;
 vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c);

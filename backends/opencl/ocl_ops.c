@@ -94,6 +94,7 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "dp_prep", "dp_sequential", "grad_dp",
     "dp_grad_prep", "grad_dp (local dS)", "cp_gram", "cp_prefix", "cp_apart", "cp_aend", "cp_sfac", "cp_walk",
     "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "grad_chunk", "grad_chunk (local)",
+    "cp_walk_local", "cp_sfac_local", "cp_out_local", "cp_gram_local", "cp_walk_local8", "cp_walk_local4", "cp_walk_local2", "cp_apart_local", "cp_aend_local",
     "CLBlast sgemm",
 };
 
@@ -132,7 +133,8 @@ static vla_status zero_buf(vla_backend *b, cl_mem m, size_t bytes) {
 /* ---- algorithm choice ---- */
 
 /* AUTO. Softmax has its one algorithm. GPUs: chunked where the chunk-parallel form was timed faster
- * (ocl_cp_auto_chunked_gpu: linear and VLA with few heads), else sequential. Other devices (PoCL on 2
+ * (ocl_cp_auto_chunked_gpu: where the local-memory kernels apply, else linear and VLA with few
+ * heads), else sequential. Other devices (PoCL on 2
  * CPU cores, B=1 H=4 d=32, ocl_cp_auto_chunked): chunked wherever the chunk-parallel form runs all
  * of it (1.4-3.9x faster than sequential from T = 16 to 4096), sequential for decode-sized pieces
  * and for VLA whose A part stays per head (R > 0, u or A_in given). */
@@ -517,7 +519,8 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
     }
     if (vla && d->refresh > 0) p->rphase = (int)(a->t0 % d->refresh);
     /* The chunk-parallel form (ocl_chunkpar.c) where it applies: kernels and workspace now. */
-    ocl_cp_call cp = {.T = T, .H = H, .dk = dk, .dv = dv, .BH = BH, .C = p->C, .nch = p->nchunks};
+    ocl_cp_call cp = {.T = T, .H = H, .dk = dk, .dv = dv, .BH = BH, .C = p->C, .nch = p->nchunks,
+                      .residual = d->mechanism != VLA_MECH_LINEAR, .has_g = a->g != NULL};
     if (algo == VLA_ALGO_CHUNKED) TRY(ocl_cp_plan(b, d, a, &cp));
 
     /* 3. Preparation: feature maps and normalisations, [B*H, T, dk]. */
@@ -527,7 +530,7 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         if (vla || delta) flags |= 2;                          /* PREP_KH */
         if (vla) flags |= 4 | (a->u ? 8 : 0);                  /* PREP_UU, PREP_HAS_U */
         if (delta && a->beta) flags |= 16;                     /* PREP_W */
-        const size_t wg = wg_of(b, OCL_K_PREP, 64, &s);
+        const size_t wg = wg_of(b, OCL_K_PREP, 128, &s);
         TRY(s);
         ocl_launch l = ocl_launch_start(b, OCL_K_PREP);
         a_mem(&l, MEM(a->q)), a_mem(&l, MEM(a->k)), a_mem(&l, MEM(a->u)), a_mem(&l, MEM(a->beta));
@@ -535,7 +538,7 @@ static vla_status forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         a_mem(&l, WS(UU) ? WS(UU) : ctx->dummy), a_mem(&l, (delta && a->beta) ? WS(W) : ctx->dummy);
         a_int(&l, p->B), a_int(&l, T), a_int(&l, H), a_int(&l, dk), a_int(&l, (int)d->feature_map), a_int(&l, flags);
         a_flt(&l, eps), a_flt(&l, (float)d->u_scale);
-        TRY(ocl_launch_items(&l, rows, wg));
+        TRY(ocl_launch_run(&l, ocl_prep_groups(ctx, rows, dk, wg), wg));
     }
 
     /* 4. Start states. */

@@ -392,6 +392,120 @@ __kernel void cp_walk(__global const float *restrict maps, int nch, __global flo
     }
 }
 
+#ifndef CP_ONE_ITEM
+/* The walk on GPUs for dk <= 64 (the host's choice, ocl_chunkpar.c): cp_walk above reads and
+ * writes X in global memory, one dependent update after another, which left it at about 130 ns
+ * a multiply-add on an H100 (70 ms of a 75 ms VLA call at (1,4,32) T = 32768). Here a group of
+ * WALK_WG items owns vb value columns of one head (groups = heads x per_head); the state block
+ * Xl [dk][vb], the map's P [dk][dk] (row stride dk + 1: items of one warp read different rows) and
+ * N [dk][vb] are in local memory; item (jj = lid % vb, r0 = lid / vb) computes column jj of rows
+ * r0, r0 + rs, ... (rs = WALK_WG / vb). Each item loads its share of the next chunk's map into
+ * registers (column c = lid of every map row, c < dk + vb <= WALK_WG) while the current chunk
+ * computes, so the global loads' latency hides behind the step. Three barriers a chunk. */
+#define WALK_WG 128
+#define WALK_MAXDK 64
+#define WALK_ROWS (WALK_MAXDK * 32 / WALK_WG) /* rows an item computes at vb = 32 */
+/* pf[i] = m[i W + src] for the map's rows i < dk: unconditional loads (rows past dk repeat the
+ * last) at constant indices, so that pf stays in registers and the loads issue back to back; with
+ * a load under a per-row condition, a step took about 12 us at dk = 32 on an H100, as if each
+ * load waited for the one before. */
+void walk_fetch(float *pf, __global const float *m, int W, int src, int dk, int cond, int fetch) {
+    if (cond) { /* VLA_OPENCL_WALK_COND: only the items with a column load, only rows < dk */
+#pragma unroll
+        for (int i = 0; i < WALK_MAXDK; i++) pf[i] = (i < dk && fetch) ? m[(size_t)i * W + src] : 0.0f;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < WALK_MAXDK / 2; i++) pf[i] = m[(size_t)min(i, dk - 1) * W + src];
+    if (dk > WALK_MAXDK / 2)
+#pragma unroll
+        for (int i = WALK_MAXDK / 2; i < WALK_MAXDK; i++) pf[i] = m[(size_t)min(i, dk - 1) * W + src];
+}
+
+/* The walk's body, NR rows an item at most (a constant where the kernels below inline it, so its
+ * row loops unroll to NR: at dk = 32 with 8 columns a group an item has 2 rows, and loops of
+ * WALK_ROWS = 16 predicated rows spent 8x the issue slots). */
+void walk_local(__global const float *restrict maps, int nch, __global float *restrict Xs,
+                __global float *restrict ST, int dk, int dv, int per_head, int vb, int p_identity,
+                __local float *Pl, __local float *Nl, __local float *Xl, const int NR, int cond) {
+    const int grp = get_group_id(0), bh = grp / per_head, lid = get_local_id(0);
+    const int j0 = (grp % per_head) * vb, nv = min(vb, dv - j0), W = dk + dv, ldp = dk + 1;
+    const int jj = lid % vb, r0 = lid / vb, rs = WALK_WG / vb, nr = (dk - r0 + rs - 1) / rs;
+    __global float *S = ST + (size_t)bh * dk * dv;
+    __global float *X = Xs + (size_t)bh * nch * dk * dv;
+    /* This item's map column: P's column lid, else N's column j0 + (lid - pw) of this block. */
+    const int pw = p_identity ? 0 : dk, c = lid - pw;
+    const int fetch = lid < pw || (c >= 0 && c < nv);
+    const int src = lid < pw ? lid : fetch ? dk + j0 + c : 0; /* every item loads (a valid address) */
+    __local float *dst = lid < pw ? Pl + lid : Nl + c;
+    const int dld = lid < pw ? ldp : vb;
+    for (int e = lid; e < dk * vb; e += WALK_WG) { /* X_0 */
+        const int i = e / vb, col = e - i * vb;
+        float x = 0.0f;
+        if (col < nv) {
+            x = S[(size_t)i * dv + j0 + col];
+            X[(size_t)i * dv + j0 + col] = x;
+        }
+        Xl[e] = x;
+    }
+    for (int e = lid; e < dk * vb; e += WALK_WG) Nl[e] = 0.0f; /* the columns past nv stay 0 */
+    float pf[WALK_MAXDK];
+    __global const float *m = maps + (size_t)bh * nch * dk * W;
+    walk_fetch(pf, m, W, src, dk, cond, fetch);
+    for (int ci = 0; ci < nch; ci++) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last step's reads of Pl, Nl done; its Xl visible */
+        if (fetch) {
+#pragma unroll
+            for (int i = 0; i < WALK_MAXDK / 2; i++)
+                if (i < dk) dst[i * dld] = pf[i];
+            if (dk > WALK_MAXDK / 2)
+#pragma unroll
+                for (int i = WALK_MAXDK / 2; i < WALK_MAXDK; i++)
+                    if (i < dk) dst[i * dld] = pf[i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (ci + 1 < nch) { /* the next chunk's map, in flight during this step */
+            m += (size_t)dk * W;
+            walk_fetch(pf, m, W, src, dk, cond, fetch);
+        }
+        float acc[WALK_ROWS];
+#pragma unroll
+        for (int k = 0; k < NR; k++) {
+            const int i = r0 + k * rs;
+            acc[k] = k < nr ? Nl[i * vb + jj] + (p_identity ? Xl[i * vb + jj] : 0.0f) : 0.0f;
+        }
+        if (!p_identity)
+            for (int p = 0; p < dk; p++) {
+                const float x = Xl[p * vb + jj];
+#pragma unroll
+                for (int k = 0; k < NR; k++)
+                    if (k < nr) acc[k] += Pl[(r0 + k * rs) * ldp + p] * x;
+            }
+        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read Xl */
+        __global float *x1 = ci + 1 < nch ? X + (size_t)(ci + 1) * dk * dv : S;
+#pragma unroll
+        for (int k = 0; k < NR; k++) {
+            const int i = r0 + k * rs;
+            if (k < nr) {
+                Xl[i * vb + jj] = acc[k];
+                if (jj < nv) x1[(size_t)i * dv + j0 + jj] = acc[k];
+            }
+        }
+    }
+}
+
+#define WALK_ARGS                                                                                       \
+    __global const float *restrict maps, int nch, __global float *restrict Xs, __global float *restrict ST, \
+        int dk, int dv, int per_head, int vb, int p_identity, __local float *Pl, __local float *Nl,      \
+        __local float *Xl, int cond
+#define WALK_PASS maps, nch, Xs, ST, dk, dv, per_head, vb, p_identity, Pl, Nl, Xl
+/* The host takes the one with the fewest rows an item that covers ceil(dk / (WALK_WG / vb)). */
+__kernel void cp_walk_local(WALK_ARGS) { walk_local(WALK_PASS, 16, cond); }
+__kernel void cp_walk_local8(WALK_ARGS) { walk_local(WALK_PASS, 8, cond); }
+__kernel void cp_walk_local4(WALK_ARGS) { walk_local(WALK_PASS, 4, cond); }
+__kernel void cp_walk_local2(WALK_ARGS) { walk_local(WALK_PASS, 2, cond); }
+#endif
+
 /* Outputs of one chunk from its start state X_j: E = Y - Wr X_j (in place in Y), then
  * O = diag(gam) Q X_j + Mq E, staged in Ob [B*H, T, dv] (then scattered to o). One work-group
  * per (head, chunk); items stride the value columns, the innermost loop. */
@@ -419,6 +533,433 @@ __kernel void cp_out(__global const int *restrict starts, int nch, __global cons
         for (int j = lid; j < dv; j += wg) o[vla_bthd(b, ts + t, h, j, T, H, dv)] = ot[j];
     }
 }
+
+#ifndef CP_ONE_ITEM
+/* ---- GPU forms of cp_sfac and cp_out in local memory (no g; dk, dv, C <= 64: the host's
+ * choice, ocl_chunkpar.c). Measured on an H100 with NVIDIA's driver, the global-memory forms
+ * above took 33 and 14 ms of a 164 ms VLA call at (8,16,64) T = 8192: each row update waits on
+ * global memory. Here a group stages its chunk's operands in local memory, and the products run
+ * as LT x LT register tiles, one tile an item. ---- */
+#define LT 4
+
+/* acc[r LT + s] += sum_{p < kd} A(i_r, p) B(p, j_s) for the tile (ti, tj) of an m x n product
+ * cut into NI x NJ tiles: i_r = ti + r NI, j_s = tj + s NJ (past the edge: clamped reads, the
+ * caller drops those entries). A(i, p) = A[i ars + p acs], B(p, j) = B[p brs + j bcs]. Items of
+ * one warp share ti and take consecutive tj: A's reads broadcast, B's along a row. */
+void lt_tile(float *acc, __local const float *A, int ars, int acs, __local const float *B, int brs, int bcs,
+             int ti, int tj, int NI, int NJ, int m, int n, int kd) {
+    int ao[LT], bo[LT];
+#pragma unroll
+    for (int r = 0; r < LT; r++) {
+        ao[r] = min(ti + r * NI, m - 1) * ars;
+        bo[r] = min(tj + r * NJ, n - 1) * bcs;
+    }
+    for (int p = 0; p < kd; p++) {
+        float a[LT], bb[LT];
+#pragma unroll
+        for (int r = 0; r < LT; r++) {
+            a[r] = A[ao[r] + p * acs];
+            bb[r] = B[p * brs + bo[r]];
+        }
+#pragma unroll
+        for (int r = 0; r < LT; r++)
+#pragma unroll
+            for (int s2 = 0; s2 < LT; s2++) acc[r * LT + s2] += a[r] * bb[s2];
+    }
+}
+
+void lt_zero(float *acc) {
+#pragma unroll
+    for (int e = 0; e < LT * LT; e++) acc[e] = 0.0f;
+}
+
+/* cp_gram on GPUs (dk <= 64, the chunk's U in local memory, Ul [C][dk] float): the global form's
+ * row updates took 5.3 ms of a 48 ms VLA call at (8,16,64) T = 8192 on an H100. Items take
+ * LT x LT tiles of U^T U, in real_t. */
+__kernel void cp_gram_local(__global const int *restrict starts, int nch, __global const float *restrict uu,
+                            __global real_t *restrict Gr, int T, int dk, __local float *Ul) {
+    const int grp = get_group_id(0), bh = grp / nch, ci = grp % nch, lid = get_local_id(0), wg = get_local_size(0);
+    const int ts = starts[ci], c = starts[ci + 1] - ts;
+    __global const float *U = uu + ((size_t)bh * T + ts) * dk;
+    __global real_t *G = Gr + ((size_t)bh * (nch + 2) + ci) * dk * dk;
+    for (int e = lid; e < c * dk; e += wg) Ul[e] = U[e];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int NI = (dk + LT - 1) / LT;
+    for (int tile = lid; tile < NI * NI; tile += wg) {
+        const int ti = tile / NI, tj = tile - ti * NI;
+        int ao[LT], bo[LT];
+        real_t acc[LT * LT];
+#pragma unroll
+        for (int r = 0; r < LT; r++) {
+            ao[r] = min(ti + r * NI, dk - 1);
+            bo[r] = min(tj + r * NI, dk - 1);
+        }
+#pragma unroll
+        for (int e = 0; e < LT * LT; e++) acc[e] = 0;
+        for (int t = 0; t < c; t++) {
+            real_t a[LT], b2[LT];
+#pragma unroll
+            for (int r = 0; r < LT; r++) {
+                a[r] = Ul[t * dk + ao[r]];
+                b2[r] = Ul[t * dk + bo[r]];
+            }
+#pragma unroll
+            for (int r = 0; r < LT; r++)
+#pragma unroll
+                for (int s2 = 0; s2 < LT; s2++) acc[r * LT + s2] += a[r] * b2[s2];
+        }
+        for (int r = 0; r < LT; r++)
+            for (int s2 = 0; s2 < LT; s2++) {
+                const int i = ti + r * NI, j = tj + s2 * NI;
+                if (i < dk && j < dk) G[(size_t)i * dk + j] = acc[r * LT + s2];
+            }
+    }
+}
+
+/* Cholesky in place of a packed lower triangle (entry (i, j), j <= i, at i (i + 1) / 2 + j) in
+ * local memory: cp_chol's GPU form (panels of 4 columns, the flat (row, column) item loops), with
+ * L[j][u] read from the lower triangle where cp_chol reads its upper copy. */
+#define PK(i, j) ((i) * ((i) + 1) / 2 + (j))
+void lchol_packed(__local real_t *A, int n) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    for (int k = 0; k < n; k++) {
+        const int k0 = k - k % 4, kend = min(k0 + 4, n);
+        const real_t d = sqrt(fmax(A[PK(k, k)], (real_t)1e-300)), inv = 1 / d;
+        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the pivot before item 0 writes it */
+        for (int j = k + 1 + lid; j < n; j += wg) A[PK(j, k)] *= inv;
+        if (lid == 0) A[PK(k, k)] = d;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int pw = kend - k - 1; /* the panel's later columns, every row below */
+        for (int e = lid; e < (n - k - 1) * pw; e += wg) {
+            const int i = k + 1 + e / pw, j = k + 1 + e % pw;
+            if (j <= i) A[PK(i, j)] -= A[PK(i, k)] * A[PK(j, k)];
+        }
+        if (k + 1 == kend && kend < n) { /* the trailing triangle's rank-4 update */
+            const int m = n - kend;
+            for (int e = lid; e < m * m; e += wg) {
+                const int i = kend + e / m, j = kend + e % m;
+                if (j > i) continue;
+                real_t x = 0;
+                for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
+                A[PK(i, j)] -= x;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* cp_aend on GPUs where M and L^{-1} fit local memory as packed lower triangles (dk = 64 in fp64:
+ * 33 KB): the global form's serial steps took 0.08 ms of a 1.1 ms VLA call at (1,4,32) T = 2048
+ * on an H100. Lp: M, then L; Xp: X = L^{-1} row by row; A_end = X^T X. One group a head. */
+__kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk, __global float *restrict Af,
+                            __local real_t *Lp, __local real_t *Xp) {
+    const int bh = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+    const size_t n2 = (size_t)dk * dk;
+    __global const real_t *Mt = Gr + ((size_t)bh * (nch + 2) + nch) * n2;
+    for (int e = lid; e < dk * dk; e += wg) {
+        const int i = e / dk, j = e - i * dk;
+        if (j <= i) Lp[PK(i, j)] = Mt[e];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    lchol_packed(Lp, dk);
+    for (int r = 0; r < dk; r++) { /* X = L^{-1}, row r from the rows above */
+        const real_t inv = 1 / Lp[PK(r, r)];
+        for (int col = lid; col <= r; col += wg) {
+            real_t x = col == r ? 1 : 0;
+            for (int p = col; p < r; p++) x -= Lp[PK(r, p)] * Xp[PK(p, col)];
+            Xp[PK(r, col)] = x * inv;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int e = lid; e < dk * dk; e += wg) { /* A = X^T X */
+        const int i = e / dk, j = e - i * dk;
+        real_t x = 0;
+        for (int p = max(i, j); p < dk; p++) x += Xp[PK(p, i)] * Xp[PK(p, j)];
+        Af[(size_t)bh * n2 + e] = (float)x;
+    }
+}
+
+/* cp_apart on GPUs where its arrays fit local memory, over the A part's chunks of at most C
+ * tokens (the host's: 64 at dk = 32, 32 at dk = 64; 38 KB in fp64): Ld real, M's lower triangle
+ * packed (then its Cholesky), Yd [dk][C + 1] real (Y, then Z^T; the odd stride spreads the Z
+ * solve's rows over banks), Gp real, G's lower triangle packed (then its Cholesky): in float, as
+ * a full square would fit beside a square Ld at dk = 32, C = 64, the outputs' error at lambda0 =
+ * 1e-3, T = 8192 grew from 3.6e-7 to 3.4e-6 on PoCL (a_t comes from a cancelling difference there). The
+ * global form's serial row updates took 0.36 ms of a 1.1 ms VLA call at (1,4,32)
+ * T = 2048 on an H100. Steps as cp_apart's; the solves run an item a column of Y (tokens) or a
+ * row of Z^T, which needs no barrier inside a solve. */
+__kernel void cp_apart_local(__global const int *restrict starts, int nch, int ppc, __global const float *restrict uu,
+                             __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int C,
+                             float s_u, float eps, __local real_t *Ld, __local real_t *Yd, __local real_t *Gp) {
+    const int grp = get_group_id(0), per = nch * ppc, bh = grp / per, ci = grp % per / ppc, q = grp % ppc;
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    /* c = 0: a last chunk with fewer pieces; the group writes nothing (no early return: PoCL 3.1
+     * computed every group wrong with one before the barriers) */
+    const int cs = starts[ci], ce = starts[ci + 1], ts = min(cs + q * C, ce), c = min(C, ce - ts), ldy = C + 1;
+    const size_t tok = (size_t)bh * T + ts;
+    __global const float *U = uu + tok * dk, *U0 = uu + ((size_t)bh * T + cs) * dk;
+    __global const real_t *Mg = Gr + ((size_t)bh * (nch + 2) + ci) * dk * dk;
+    for (int e = lid; e < dk * dk; e += wg) { /* M at the piece's start: M_j + the chunk's earlier U^T U */
+        const int i = e / dk, j = e - i * dk;
+        if (j > i) continue;
+        real_t x = Mg[e];
+        for (int t = 0; t < ts - cs; t++) x += (real_t)U0[(size_t)t * dk + i] * (real_t)U0[(size_t)t * dk + j];
+        Ld[PK(i, j)] = x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    lchol_packed(Ld, dk);
+    for (int t = lid; t < c; t += wg) /* Y = L^{-1} U^T, column t */
+        for (int r = 0; r < dk; r++) {
+            __local const real_t *lr = Ld + PK(r, 0);
+            real_t s0 = 0, s1 = 0;
+            int p = 0;
+            for (; p + 2 <= r; p += 2) {
+                s0 += lr[p] * Yd[p * ldy + t];
+                s1 += lr[p + 1] * Yd[(p + 1) * ldy + t];
+            }
+            if (p < r) s0 += lr[p] * Yd[p * ldy + t];
+            Yd[r * ldy + t] = ((real_t)U[(size_t)t * dk + r] - (s0 + s1)) / lr[r];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int NI = (c + LT - 1) / LT;
+    for (int tile = lid; tile < NI * NI; tile += wg) { /* G = I + Y^T Y, lower */
+        const int ti = tile / NI, tj = tile - ti * NI;
+        int ao[LT], bo[LT];
+        real_t acc[LT * LT];
+#pragma unroll
+        for (int r = 0; r < LT; r++) {
+            ao[r] = min(ti + r * NI, c - 1);
+            bo[r] = min(tj + r * NI, c - 1);
+        }
+#pragma unroll
+        for (int e = 0; e < LT * LT; e++) acc[e] = 0;
+        for (int r = 0; r < dk; r++) {
+            real_t a[LT], b2[LT];
+#pragma unroll
+            for (int u = 0; u < LT; u++) {
+                a[u] = Yd[r * ldy + ao[u]];
+                b2[u] = Yd[r * ldy + bo[u]];
+            }
+#pragma unroll
+            for (int u = 0; u < LT; u++)
+#pragma unroll
+                for (int s2 = 0; s2 < LT; s2++) acc[u * LT + s2] += a[u] * b2[s2];
+        }
+        for (int u = 0; u < LT; u++)
+            for (int s2 = 0; s2 < LT; s2++) {
+                const int i = ti + u * NI, j = tj + s2 * NI;
+                if (i < c && j <= i) Gp[PK(i, j)] = (i == j ? 1 : 0) + acc[u * LT + s2];
+            }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* Y is read above before it is overwritten below */
+    for (int t = lid; t < c; t += wg) /* Z^T = L^{-T} Y in place, column t, rows from the last */
+        for (int r = dk - 1; r >= 0; r--) {
+            real_t s0 = 0, s1 = 0; /* L[p][r], p > r: column r of the packed rows */
+            int p = r + 1;
+            for (; p + 2 <= dk; p += 2) {
+                s0 += Ld[PK(p, r)] * Yd[p * ldy + t];
+                s1 += Ld[PK(p + 1, r)] * Yd[(p + 1) * ldy + t];
+            }
+            if (p < dk) s0 += Ld[PK(p, r)] * Yd[p * ldy + t];
+            Yd[r * ldy + t] = (Yd[r * ldy + t] - (s0 + s1)) / Ld[PK(r, r)];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    lchol_packed(Gp, c);
+    for (int r = lid; r < dk; r += wg) { /* Z = Lg^{-1} Z on Z^T's row r, tokens in order */
+        __local real_t *zr = Yd + r * ldy;
+        for (int t = 0; t < c; t++) {
+            __local const real_t *gt = Gp + PK(t, 0);
+            real_t s0 = 0, s1 = 0;
+            int s = 0;
+            for (; s + 2 <= t; s += 2) {
+                s0 += gt[s] * zr[s];
+                s1 += gt[s + 1] * zr[s + 1];
+            }
+            if (s < t) s0 += gt[s] * zr[s];
+            zr[t] = (zr[t] - (s0 + s1)) / gt[t];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < c; t += wg) { /* a_t = normalize(z_t / (s_u Lg_tt)) */
+        const real_t sc = 1 / ((real_t)s_u * Gp[PK(t, t)]);
+        real_t ss = 0;
+        for (int r = 0; r < dk; r++) {
+            const real_t x = Yd[r * ldy + t] * sc;
+            ss += x * x;
+        }
+        const real_t inv = sc / fmax(sqrt(ss), (real_t)eps);
+        for (int r = 0; r < dk; r++) Al[(tok + t) * dk + r] = (float)(Yd[r * ldy + t] * inv);
+    }
+}
+
+/* X [c][w] (row stride ld) = (I + L)^{-1} X in place, L strictly lower in Ll [C][C]: forward
+ * substitution, an item a column (a column's rows depend only on its own earlier rows: no
+ * barrier). */
+void lt_solve(__local float *X, int w, int ld, __local const float *Ll, int C, int c) {
+    for (int j = get_local_id(0); j < w; j += get_local_size(0))
+        for (int t = 1; t < c; t++) {
+            __local const float *lt = Ll + t * C;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            int s = 0;
+            for (; s + 4 <= t; s += 4) {
+                s0 += lt[s] * X[s * ld + j];
+                s1 += lt[s + 1] * X[(s + 1) * ld + j];
+                s2 += lt[s + 2] * X[(s + 2) * ld + j];
+                s3 += lt[s + 3] * X[(s + 3) * ld + j];
+            }
+            for (; s < t; s++) s0 += lt[s] * X[s * ld + j];
+            X[t * ld + j] -= (s0 + s1) + (s2 + s3);
+        }
+}
+
+/* cp_sfac without g (see there for the arrays). Local: Wt [dk][C] (W^T), Ll [C][C] (L) and a
+ * slab Hb [C][ks] through which the chunk's Q, Kr and V pass ks columns at a time: Mq = tril(Q W^T)
+ * and L = strict(Kr W^T) accumulate over dk's slabs, each column slab of Kr and V is solved in
+ * place (Wr, Y) and gives its columns of P and N. ks is the host's (64 where it fits, else 32):
+ * at dk = dv = C = 64, whole arrays (48 KB) did not run on NVIDIA's driver, whose local memory is
+ * 48 KB. The group has 256 items and at least one a tile of Mq (C <= 64). */
+__kernel void cp_sfac_local(__global const int *restrict starts, int nch, __global const float *restrict kr,
+                            __global const float *restrict w, __global const float *restrict q,
+                            __global const float *restrict v, int residual, __global float *restrict Wr,
+                            __global float *restrict Y, __global float *restrict Mq, __global float *restrict maps,
+                            int T, int H, int dk, int dv, int C, int ks, __local float *Wt, __local float *Ll,
+                            __local float *Hb, int split) {
+    const int grp = get_group_id(0), bh = grp / nch, ci = grp % nch, b = bh / H, h = bh % H;
+    const int lid = get_local_id(0), wg = get_local_size(0), Wm = dk + dv;
+    const int ts = starts[ci], c = starts[ci + 1] - ts;
+    const size_t tok = (size_t)bh * T + ts;
+    __global const float *KR = kr + tok * dk, *Wd = w + tok * dk, *Q = q + tok * dk;
+    __global float *Mc = Mq + tok * C, *WR = Wr + tok * dk, *YY = Y + tok * dv;
+    __global float *mp = maps + (size_t)grp * dk * Wm;
+    for (int e = lid; e < c * dk; e += wg) {
+        const int t = e / dk, i = e - t * dk;
+        Wt[i * C + t] = Wd[e];
+    }
+    const int NI = (c + LT - 1) / LT, ti = lid / NI, tj = lid - ti * NI, mine = lid < NI * NI;
+    for (int pass = 0; pass <= residual; pass++) { /* 0: Mq from Q; 1: L from Kr */
+        __global const float *src = pass ? KR : Q;
+        float acc[LT * LT];
+        lt_zero(acc);
+        for (int s0 = 0; s0 < dk; s0 += ks) {
+            const int kw = min(ks, dk - s0);
+            barrier(CLK_LOCAL_MEM_FENCE); /* the slab's last readers done (and Wt staged) */
+            for (int e = lid; e < c * kw; e += wg) {
+                const int t = e / kw, i = e - t * kw;
+                Hb[t * ks + i] = src[(size_t)t * dk + s0 + i];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (mine) lt_tile(acc, Hb, ks, 1, Wt + s0 * C, C, 1, ti, tj, NI, NI, c, c, kw);
+        }
+        if (mine)
+            for (int r = 0; r < LT; r++)
+                for (int s2 = 0; s2 < LT; s2++) {
+                    const int i = ti + r * NI, j = tj + s2 * NI;
+                    if (i >= c || j >= c) continue;
+                    if (pass) {
+                        if (j < i) Ll[i * C + j] = acc[r * LT + s2];
+                    } else
+                        Mc[(size_t)i * C + j] = j <= i ? acc[r * LT + s2] : 0.0f;
+                }
+    }
+    if (!residual)
+        for (int e = lid; e < dk * dk; e += wg) {
+            const int i = e / dk, j = e - i * dk;
+            mp[(size_t)i * Wm + j] = i == j ? 1.0f : 0.0f;
+        }
+    /* Column slabs of [Kr | V] (global column g < dk: Kr's; without the residual only V's): each
+     * solved in place (a slab spanning both solves them in one pass: one item a column), stored
+     * to Wr and Y, and its columns of [P | N]. */
+    for (int g0 = residual ? 0 : dk; g0 < Wm; g0 += (split && g0 < dk ? min(ks, dk - g0) : ks)) {
+        int kw = min(ks, Wm - g0);
+        if (split && g0 < dk) kw = min(kw, dk - g0); /* VLA_OPENCL_SFAC_SPLIT: no slab spans Kr and V */
+        barrier(CLK_LOCAL_MEM_FENCE); /* Ll complete; the last slab's readers done */
+        for (int e = lid; e < c * kw; e += wg) {
+            const int t = e / kw, g = g0 + e - t * kw;
+            Hb[t * ks + g - g0] = g >= dk ? v[vla_bthd(b, ts + t, h, g - dk, T, H, dv)] : KR[(size_t)t * dk + g];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (residual) {
+            lt_solve(Hb, kw, ks, Ll, C, c); /* Wr = (I + L)^{-1} Kr, Y = (I + L)^{-1} V */
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        for (int e = lid; e < c * kw; e += wg) {
+            const int t = e / kw, g = g0 + e - t * kw;
+            if (g >= dk) YY[(size_t)t * dv + g - dk] = Hb[t * ks + g - g0];
+            else WR[(size_t)t * dk + g] = Hb[t * ks + g - g0];
+        }
+        const int MI = (dk + LT - 1) / LT, MJ = (kw + LT - 1) / LT;
+        for (int tile = lid; tile < MI * MJ; tile += wg) { /* P = I - W^T Wr, N = W^T Y: the slab's columns */
+            float acc[LT * LT];
+            lt_zero(acc);
+            const int ui = tile / MJ, uj = tile - ui * MJ;
+            lt_tile(acc, Wt, C, 1, Hb, ks, 1, ui, uj, MI, MJ, dk, kw, c);
+            for (int r = 0; r < LT; r++)
+                for (int s2 = 0; s2 < LT; s2++) {
+                    const int i = ui + r * MI, g = g0 + uj + s2 * MJ;
+                    if (i >= dk || g >= g0 + kw) continue;
+                    mp[(size_t)i * Wm + g] = g >= dk ? acc[r * LT + s2] : (i == g ? 1.0f : 0.0f) - acc[r * LT + s2];
+                }
+        }
+    }
+}
+
+/* acc = A B for this item's tile (mine) of a c x dv product, A [c][kd] (row stride lda) in global
+ * memory, passed through the local slab Ab [c][ks] ks columns at a time; B [kd][dv] in local
+ * memory. Barriers: uniform control flow. */
+void lt_slabs(float *acc, __global const float *A, int lda, int kd, __local float *Ab, int ks, __local const float *B,
+              int dv, int c, int ti, int tj, int NI, int NJ, int mine) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    lt_zero(acc);
+    for (int s0 = 0; s0 < kd; s0 += ks) {
+        const int kw = min(ks, kd - s0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the slab's last readers done; B written */
+        for (int e = lid; e < c * kw; e += wg) {
+            const int t = e / kw, i = e - t * kw;
+            Ab[t * ks + i] = A[(size_t)t * lda + s0 + i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (mine) lt_tile(acc, Ab, ks, 1, B + s0 * dv, dv, 1, ti, tj, NI, NJ, c, dv, kw);
+    }
+}
+
+/* cp_out without g: O = Q X_j + Mq (Y - Wr X_j). Local Xl [dk][dv] (X_j), El [C][dv] (E) and a
+ * slab Ab [C][ks] (Wr, Q, then Mq, ks columns at a time). One LT x LT tile of O an item: the host
+ * launches at least ceil(C / LT) ceil(dv / LT) items. */
+__kernel void cp_out_local(__global const int *restrict starts, int nch, __global const float *restrict q,
+                           __global const float *restrict Wr, __global const float *restrict Y,
+                           __global const float *restrict Mq, int residual, __global const float *restrict Xs,
+                           __global float *restrict o, int T, int H, int dk, int dv, int C, int ks,
+                           __local float *Xl, __local float *El, __local float *Ab) {
+    const int grp = get_group_id(0), bh = grp / nch, ci = grp % nch, b = bh / H, h = bh % H;
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    const int ts = starts[ci], c = starts[ci + 1] - ts;
+    const size_t tok = (size_t)bh * T + ts;
+    __global const float *Q = q + tok * dk, *WR = Wr + tok * dk, *YY = Y + tok * dv, *Mc = Mq + tok * C;
+    __global const float *X = Xs + (size_t)grp * dk * dv;
+    for (int e = lid; e < dk * dv; e += wg) Xl[e] = X[e];
+    const int NI = (c + LT - 1) / LT, NJ = (dv + LT - 1) / LT, ti = lid / NJ, tj = lid - ti * NJ;
+    const int mine = lid < NI * NJ;
+    float acc[LT * LT], acc2[LT * LT];
+    if (residual) { /* E = Y - Wr X */
+        lt_slabs(acc, WR, dk, dk, Ab, ks, Xl, dv, c, ti, tj, NI, NJ, mine);
+        if (mine)
+            for (int r = 0; r < LT; r++)
+                for (int s2 = 0; s2 < LT; s2++) {
+                    const int i = ti + r * NI, j = tj + s2 * NJ;
+                    if (i < c && j < dv) El[i * dv + j] = YY[(size_t)i * dv + j] - acc[r * LT + s2];
+                }
+    } else
+        for (int e = lid; e < c * dv; e += wg) El[e] = YY[e];
+    lt_slabs(acc, Q, dk, dk, Ab, ks, Xl, dv, c, ti, tj, NI, NJ, mine);  /* Q X */
+    lt_slabs(acc2, Mc, C, c, Ab, ks, El, dv, c, ti, tj, NI, NJ, mine); /* Mq E (Mq is 0 above its diagonal) */
+    if (mine)
+        for (int r = 0; r < LT; r++)
+            for (int s2 = 0; s2 < LT; s2++) {
+                const int i = ti + r * NI, j = tj + s2 * NJ;
+                if (i < c && j < dv) o[vla_bthd(b, ts + i, h, j, T, H, dv)] = acc[r * LT + s2] + acc2[r * LT + s2];
+            }
+}
+#endif
 
 /* ---- the output normaliser (linear; VLA's normalised output) ----
  * n_t = n_in + sum_{s<=t} kf_s, o_t /= den_t, den = q~.n + eps (linear) or max(q~.n, eps).

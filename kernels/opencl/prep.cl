@@ -10,38 +10,79 @@
 #define PREP_HAS_U 8 /* u is given */
 #define PREP_W 16    /* w = beta kh                          (delta with beta) */
 
-/* One work-item per token row (b, t, h); rows are short (dk <= 256), and B*T*H items fill the
- * device. Outputs are [B*H, T, dk]. Normalisation as the CPU backend: x / max(||x||, eps). */
+/* A row's lanes: L items a token row (b, t, h) (the power of two >= dk, at most the group), so a
+ * group's loads and stores run along contiguous rows; wg / L rows a group. One item a row
+ * striding dk floats took 17 ms for (8,16,64) T = 8192 on an H100 (77 GB/s). The host sizes the
+ * launch with the same rule (ocl_prep_groups, ocl_internal.h). Devices that are not GPUs build
+ * this file with CP_ONE_ITEM (as chunkpar.cl): one item a row, L = 1 (PoCL ran the lanes form
+ * 3x slower). */
+int prep_lanes(int dk, int wg) {
+    int L = 1;
+    while (L < dk && L < wg) L <<= 1;
+    return L;
+}
+
+/* Sum of x over the L lanes of each row (lanes lid - lane .. + L - 1 of red); every lane gets it.
+ * Barriers: call from uniform control flow. With CP_ONE_ITEM (L = 1) no barrier: PoCL 3.1 ran
+ * this function's barriers with L = 1 into a corrupted heap. */
+float prep_row_sum(float x, __local float *red, int lid, int lane, int L) {
+#ifdef CP_ONE_ITEM
+    return x;
+#endif
+    red[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {
+        if (lane < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = red[lid - lane];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+/* Outputs are [B*H, T, dk]. Normalisation as the CPU backend: x / max(||x||, eps). */
 __kernel void prep(__global const float *q, __global const float *k, __global const float *u,
                    __global const float *beta, __global float *qf, __global float *kf, __global float *kh,
                    __global float *uu, __global float *w, int B, int T, int H, int dk, int fmap, int flags,
                    float eps, float u_scale) {
-    const size_t gid = get_global_id(0);
-    if (gid >= (size_t)B * T * H) return;
+    __local float red[VLA_MAXWG];
+#ifdef CP_ONE_ITEM
+    const int lid = get_local_id(0), wg = get_local_size(0), L = 1, lane = 0;
+#else
+    const int lid = get_local_id(0), wg = get_local_size(0), L = prep_lanes(dk, wg), lane = lid % L;
+#endif
+    const size_t gid = (size_t)get_group_id(0) * (wg / L) + lid / L; /* the row */
+    const int live = gid < (size_t)B * T * H;
     const int h = (int)(gid % H), t = (int)((gid / H) % T), b = (int)(gid / ((size_t)H * T));
     const size_t src = gid * dk;                              /* [B, T, H, dk] row */
     const size_t dst = (((size_t)b * H + h) * T + t) * dk;    /* [B*H, T, dk] row */
     float ss = 0.0f;
-    for (int i = 0; i < dk; i++) {
-        qf[dst + i] = vla_phi(q[src + i], fmap);
-        const float x = vla_phi(k[src + i], fmap);
-        if (flags & PREP_KF) kf[dst + i] = x;
-        ss += x * x;
-    }
-    if (!(flags & (PREP_KH | PREP_UU | PREP_W))) return;
+    if (live)
+        for (int i = lane; i < dk; i += L) {
+            qf[dst + i] = vla_phi(q[src + i], fmap);
+            const float x = vla_phi(k[src + i], fmap);
+            if (flags & PREP_KF) kf[dst + i] = x;
+            ss += x * x;
+        }
+    if (!(flags & (PREP_KH | PREP_UU | PREP_W))) return; /* uniform: flags */
+    ss = prep_row_sum(ss, red, lid, lane, L);
     const float inv = 1.0f / fmax(sqrt(ss), eps);
-    const float bt = (flags & PREP_W) ? beta[gid] : 1.0f;
-    for (int i = 0; i < dk; i++) {
-        const float x = vla_phi(k[src + i], fmap) * inv;
-        if (flags & PREP_KH) kh[dst + i] = x;
-        if (flags & PREP_W) w[dst + i] = bt * x;
-        if ((flags & PREP_UU) && !(flags & PREP_HAS_U)) uu[dst + i] = u_scale * x;
-    }
+    const float bt = (live && (flags & PREP_W)) ? beta[gid] : 1.0f;
+    if (live)
+        for (int i = lane; i < dk; i += L) {
+            const float x = vla_phi(k[src + i], fmap) * inv;
+            if (flags & PREP_KH) kh[dst + i] = x;
+            if (flags & PREP_W) w[dst + i] = bt * x;
+            if ((flags & PREP_UU) && !(flags & PREP_HAS_U)) uu[dst + i] = u_scale * x;
+        }
     if ((flags & PREP_UU) && (flags & PREP_HAS_U)) { /* the raw u: no feature map */
         float su = 0.0f;
-        for (int i = 0; i < dk; i++) su += u[src + i] * u[src + i];
+        if (live)
+            for (int i = lane; i < dk; i += L) su += u[src + i] * u[src + i];
+        su = prep_row_sum(su, red, lid, lane, L);
         const float iu = u_scale / fmax(sqrt(su), eps);
-        for (int i = 0; i < dk; i++) uu[dst + i] = u[src + i] * iu;
+        if (live)
+            for (int i = lane; i < dk; i += L) uu[dst + i] = u[src + i] * iu;
     }
 }
 
