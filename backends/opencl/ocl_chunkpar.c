@@ -15,7 +15,14 @@
  * runs; the tests compare the two). VLA_OPENCL_CHUNKPAR_GPU=1 (read in ocl_backend.c) takes the
  * GPU form (tune_gpu, chunkpar.cl built without CP_ONE_ITEM) on any device, so that PoCL checks
  * it (tests/test_opencl.c, vla-check). On GPUs --algo chunked runs the GPU form, and auto takes it
- * where it was timed faster (ocl_cp_auto_chunked_gpu). */
+ * where it was timed faster (ocl_cp_auto_chunked_gpu).
+ *
+ * The GPU form has two sets of kernels. The global-memory ones above work on any shape, but each
+ * of their row updates waits on global memory (on an H100 the walk alone took 70 of a 75 ms VLA
+ * call at (1,4,32) T = 32768). Where the arrays fit local memory they are replaced (the plans
+ * below; VLA_OPENCL_CP_GLOBAL=1 keeps the global ones, which the tests compare): cp_walk_local*
+ * (dk <= 64), cp_sfac_local and cp_out_local (no g; dk, dv, C <= 64), cp_gram_local,
+ * cp_apart_local and cp_aend_local (VLA, mode 2). */
 #include "ocl_internal.h"
 
 #include <stdint.h>
@@ -26,7 +33,7 @@
  * CPU devices (PoCL): one item a group, so each kernel's innermost row loops are plain loops the
  * compiler vectorises, and (head, chunk) groups spread over the cores; VLA at (1,4,32) T = 4096
  * took about 150 ms with 64 items a group, 11-13 ms with one. GPUs: several warps a group over
- * the same loops (not yet timed on a GPU). */
+ * the same loops (the global-memory kernels; the local ones set their own groups). */
 typedef struct cp_tune {
     int chunk_wg; /* per (head, chunk) kernels */
     int walk_wg;  /* cp_walk: items a group (GPUs: as many value columns) */

@@ -14,7 +14,8 @@
  *             Lg^{-1} U A0 is A_t u_t sqrt(delta_t) / delta_t, Sherman-Morrison; VLA-MATH 2.3)
  *   cp_aend   per head: A_end = M_total^{-1}, the float state out
  * Matrices live in global scratch, one slice per (head, chunk) (chunks up to 1024 tokens, d up
- * to 256 do not fit local memory). real_t is double where the device has fp64 (common.cl).
+ * to 256 do not fit local memory); on GPUs, where they fit, the *_local kernels further down hold
+ * them in local memory instead. real_t is double where the device has fp64 (common.cl).
  * Products run as row updates (x_row += a * y_row) whose innermost loop the items stride along
  * contiguous columns: on a GPU neighbouring items touch neighbouring addresses; on a CPU device
  * the host runs one item a group, and that loop is a plain one the compiler vectorises (PoCL
