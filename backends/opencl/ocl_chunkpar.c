@@ -73,9 +73,10 @@ int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
 }
 
 /* GPUs. Where the local-memory kernels apply (no g; dk, dv and the chunk at most 64), the
- * chunked form was faster than the sequential one at every row timed with NVIDIA's driver on an
- * H100 (VLA 1.4-17x, linear 3.5-25x, DeltaNet 1.6-6.7x, forward; `OPENCL_TIMES` below); without
- * them (the global-memory kernels), as before they existed: linear and VLA chunked only while
+ * chunked form was at least as fast as the sequential one at every row timed with NVIDIA's driver
+ * on an H100 (forward, benchmarks/results/2026-12-06-h100-opencl-speed/: VLA 1.6-40x faster,
+ * linear 3-40x, DeltaNet 1.0-22x, a tie at (8,16,64)); without them (the global-memory kernels),
+ * as before they existed: linear and VLA chunked only while
  * their heads would leave most of the device idle in the sequential form (B H at most half the
  * compute units), DeltaNet sequential. VLA chunked only where the whole call is chunk-parallel. */
 int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsigned compute_units) {
@@ -306,7 +307,6 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             m_(&l, WS(WR)), m_(&l, WS(Y)), m_(&l, WS(MQ)), m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk),
             i_(&l, dv), i_(&l, C), i_(&l, c->ks);
         ocl_launch_arg(&l, f * dk * C, NULL), ocl_launch_arg(&l, f * C * C, NULL), ocl_launch_arg(&l, f * C * c->ks, NULL);
-        i_(&l, env_on("VLA_OPENCL_SFAC_SPLIT"));
         TRY(ocl_launch_run(&l, chunks, 256));
     } else {
         ocl_launch l = ocl_launch_start(b, OCL_K_CP_SFAC);
@@ -324,7 +324,6 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         ocl_launch_arg(&w, sizeof(float) * (size_t)dk * (dk + 1), NULL);
         ocl_launch_arg(&w, sizeof(float) * (size_t)dk * vb, NULL);
         ocl_launch_arg(&w, sizeof(float) * (size_t)dk * vb, NULL);
-        i_(&w, env_on("VLA_OPENCL_WALK_COND"));
         TRY(ocl_launch_run(&w, BH * (size_t)per_head, WALK_WG));
     } else {
         /* CPU devices: one item a head walks all columns (its loops vectorise); GPUs: walk_wg

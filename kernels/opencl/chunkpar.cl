@@ -407,15 +407,10 @@ __kernel void cp_walk(__global const float *restrict maps, int nch, __global flo
 #define WALK_MAXDK 64
 #define WALK_ROWS (WALK_MAXDK * 32 / WALK_WG) /* rows an item computes at vb = 32 */
 /* pf[i] = m[i W + src] for the map's rows i < dk: unconditional loads (rows past dk repeat the
- * last) at constant indices, so that pf stays in registers and the loads issue back to back; with
- * a load under a per-row condition, a step took about 12 us at dk = 32 on an H100, as if each
- * load waited for the one before. */
-void walk_fetch(float *pf, __global const float *m, int W, int src, int dk, int cond, int fetch) {
-    if (cond) { /* VLA_OPENCL_WALK_COND: only the items with a column load, only rows < dk */
-#pragma unroll
-        for (int i = 0; i < WALK_MAXDK; i++) pf[i] = (i < dk && fetch) ? m[(size_t)i * W + src] : 0.0f;
-        return;
-    }
+ * last; items without a column load column 0) at constant indices. Loads under a per-item, per-row
+ * condition took VLA at (1,4,32) T = 32768 from 3.88 to 4.76 ms on an H100 (the A/B in
+ * benchmarks/results/2026-12-06-h100-opencl-speed/). */
+void walk_fetch(float *pf, __global const float *m, int W, int src, int dk) {
 #pragma unroll
     for (int i = 0; i < WALK_MAXDK / 2; i++) pf[i] = m[(size_t)min(i, dk - 1) * W + src];
     if (dk > WALK_MAXDK / 2)
@@ -428,7 +423,7 @@ void walk_fetch(float *pf, __global const float *m, int W, int src, int dk, int 
  * WALK_ROWS = 16 predicated rows spent 8x the issue slots). */
 void walk_local(__global const float *restrict maps, int nch, __global float *restrict Xs,
                 __global float *restrict ST, int dk, int dv, int per_head, int vb, int p_identity,
-                __local float *Pl, __local float *Nl, __local float *Xl, const int NR, int cond) {
+                __local float *Pl, __local float *Nl, __local float *Xl, const int NR) {
     const int grp = get_group_id(0), bh = grp / per_head, lid = get_local_id(0);
     const int j0 = (grp % per_head) * vb, nv = min(vb, dv - j0), W = dk + dv, ldp = dk + 1;
     const int jj = lid % vb, r0 = lid / vb, rs = WALK_WG / vb, nr = (dk - r0 + rs - 1) / rs;
@@ -452,7 +447,7 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
     for (int e = lid; e < dk * vb; e += WALK_WG) Nl[e] = 0.0f; /* the columns past nv stay 0 */
     float pf[WALK_MAXDK];
     __global const float *m = maps + (size_t)bh * nch * dk * W;
-    walk_fetch(pf, m, W, src, dk, cond, fetch);
+    walk_fetch(pf, m, W, src, dk);
     for (int ci = 0; ci < nch; ci++) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last step's reads of Pl, Nl done; its Xl visible */
         if (fetch) {
@@ -467,7 +462,7 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
         barrier(CLK_LOCAL_MEM_FENCE);
         if (ci + 1 < nch) { /* the next chunk's map, in flight during this step */
             m += (size_t)dk * W;
-            walk_fetch(pf, m, W, src, dk, cond, fetch);
+            walk_fetch(pf, m, W, src, dk);
         }
         float acc[WALK_ROWS];
 #pragma unroll
@@ -498,13 +493,13 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
 #define WALK_ARGS                                                                                       \
     __global const float *restrict maps, int nch, __global float *restrict Xs, __global float *restrict ST, \
         int dk, int dv, int per_head, int vb, int p_identity, __local float *Pl, __local float *Nl,      \
-        __local float *Xl, int cond
+        __local float *Xl
 #define WALK_PASS maps, nch, Xs, ST, dk, dv, per_head, vb, p_identity, Pl, Nl, Xl
 /* The host takes the one with the fewest rows an item that covers ceil(dk / (WALK_WG / vb)). */
-__kernel void cp_walk_local(WALK_ARGS) { walk_local(WALK_PASS, 16, cond); }
-__kernel void cp_walk_local8(WALK_ARGS) { walk_local(WALK_PASS, 8, cond); }
-__kernel void cp_walk_local4(WALK_ARGS) { walk_local(WALK_PASS, 4, cond); }
-__kernel void cp_walk_local2(WALK_ARGS) { walk_local(WALK_PASS, 2, cond); }
+__kernel void cp_walk_local(WALK_ARGS) { walk_local(WALK_PASS, 16); }
+__kernel void cp_walk_local8(WALK_ARGS) { walk_local(WALK_PASS, 8); }
+__kernel void cp_walk_local4(WALK_ARGS) { walk_local(WALK_PASS, 4); }
+__kernel void cp_walk_local2(WALK_ARGS) { walk_local(WALK_PASS, 2); }
 #endif
 
 /* Outputs of one chunk from its start state X_j: E = Y - Wr X_j (in place in Y), then
@@ -824,7 +819,7 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
                             __global const float *restrict v, int residual, __global float *restrict Wr,
                             __global float *restrict Y, __global float *restrict Mq, __global float *restrict maps,
                             int T, int H, int dk, int dv, int C, int ks, __local float *Wt, __local float *Ll,
-                            __local float *Hb, int split) {
+                            __local float *Hb) {
     const int grp = get_group_id(0), bh = grp / nch, ci = grp % nch, b = bh / H, h = bh % H;
     const int lid = get_local_id(0), wg = get_local_size(0), Wm = dk + dv;
     const int ts = starts[ci], c = starts[ci + 1] - ts;
@@ -868,11 +863,11 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
             mp[(size_t)i * Wm + j] = i == j ? 1.0f : 0.0f;
         }
     /* Column slabs of [Kr | V] (global column g < dk: Kr's; without the residual only V's): each
-     * solved in place (a slab spanning both solves them in one pass: one item a column), stored
-     * to Wr and Y, and its columns of [P | N]. */
-    for (int g0 = residual ? 0 : dk; g0 < Wm; g0 += (split && g0 < dk ? min(ks, dk - g0) : ks)) {
-        int kw = min(ks, Wm - g0);
-        if (split && g0 < dk) kw = min(kw, dk - g0); /* VLA_OPENCL_SFAC_SPLIT: no slab spans Kr and V */
+     * solved in place (a slab spanning both solves them in one pass, an item a column: slabs that
+     * stop at Kr's end took VLA at (1,4,32) T = 32768 from 3.88 to 4.23 ms on an H100), stored to
+     * Wr and Y, and its columns of [P | N]. */
+    for (int g0 = residual ? 0 : dk; g0 < Wm; g0 += ks) {
+        const int kw = min(ks, Wm - g0);
         barrier(CLK_LOCAL_MEM_FENCE); /* Ll complete; the last slab's readers done */
         for (int e = lid; e < c * kw; e += wg) {
             const int t = e / kw, g = g0 + e - t * kw;
