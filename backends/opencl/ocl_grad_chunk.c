@@ -10,7 +10,7 @@
  * global buffer for all heads; there C is halved while that buffer would pass the device's
  * allocation limit. Devices that are not GPUs run one item a group (CP_ONE_ITEM, grad_chunk.cl);
  * GPUs ocl_wg's size from 256 (the many-item form: checked on PoCL under VLA_OPENCL_CHUNKPAR_GPU=1,
- * not yet timed on a GPU). */
+ * and by vla-check --grad on NVIDIA's driver). */
 #include "ocl_internal.h"
 
 #include <stdint.h>
@@ -27,12 +27,16 @@ static size_t gc_ws_reals(size_t C, size_t dk, size_t dv) {
  * than the recurrent kernel at every shape timed (backward = fwd+bwd - fwd, median ms, chunked vs
  * sequential): (B,H,d) = (1,4,32) T = 16: linear 0.13 vs 0.31, DeltaNet 0.08 vs 0.30; T = 1024:
  * 4.9 vs 11.2, 4.2 vs 12.1; T = 4096: 20.2 vs 46.4, 17.3 vs 49.1; (64,4,32) T = 73: 21.8 vs 55.2,
- * 18.7 vs 57.7; (2,4,64) T = 1024: 23.4 vs 81.8, 19.0 vs 102.5. GPUs keep the recurrent kernel
- * (the many-item form is not timed on a GPU yet). VLA's label does not matter (one form here). */
+ * 18.7 vs 57.7; (2,4,64) T = 1024: 23.4 vs 81.8, 19.0 vs 102.5. GPUs (NVIDIA's driver on an H100,
+ * vla-bench --backward at ce29b16, the same measure): (B,H,d) = (1,4,32) T = 2048: linear 16.2 vs
+ * 30.7, DeltaNet 31.8 vs 26.0; T = 8192: 70.7 vs 126.6, 130.5 vs 106.8; (8,4,32) T = 2048: 19.4
+ * vs 34.6, 33.2 vs 27.8; T = 8192: 82.1 vs 145.7, 135.4 vs 115.1. So GPUs take it for linear
+ * attention from T = 2048 (shorter sequences are not timed) and keep the recurrent kernel for
+ * DeltaNet. VLA's label does not matter (one form here). */
 int ocl_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
-    (void)a;
     if (d->mechanism != VLA_MECH_LINEAR && d->mechanism != VLA_MECH_DELTA) return 1;
-    return !((const ocl_ctx *)b->context)->is_gpu;
+    if (!((const ocl_ctx *)b->context)->is_gpu) return 1;
+    return d->mechanism == VLA_MECH_LINEAR && a->T >= 2048;
 }
 
 vla_status ocl_gc_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_gc_call *c) {

@@ -259,7 +259,8 @@ typedef struct ocl_gc_call {
 vla_status ocl_gc_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_gc_call *c);
 vla_status ocl_gc_run(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g,
                       const ocl_gc_call *c, int outs);
-/* The iface's backward_auto_chunked: for linear attention and DeltaNet, 1 on devices that are not GPUs. */
+/* The iface's backward_auto_chunked: for linear attention and DeltaNet, 1 on devices that are not
+ * GPUs; on GPUs for linear attention from T = 2048. */
 int ocl_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a);
 
 /* The nn ops (ocl_nn.c, vla/nn.h): the backend's table and the release of its state. */
