@@ -341,15 +341,29 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
     cl_program prog = clCreateProgramWithSource(ctx->context, ntexts, texts, NULL, &err);
     if (err != CL_SUCCESS) return ocl_fail(b, err, "clCreateProgramWithSource", family_file[f]);
     /* No fast-math flags: the kernels must match the CPU backend up to ordinary rounding. */
-    char opts[96];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
+    /* VLA_OPENCL_BUILD_OPTIONS: more options for every program (development: e.g. NVIDIA's
+     * -cl-nv-verbose, whose register and spill counts VLA_OPENCL_BUILD_LOG=1 then prints). */
+    const char *extra = getenv("VLA_OPENCL_BUILD_OPTIONS");
+    char opts[512];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
              /* chunkpar.cl and grad_chunk.cl on CPU devices: one item a group (ocl_chunkpar.c's
               * cp_tune, ocl_grad_chunk.c); prep.cl: one item a row */
              (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_GRAD_CHUNK || f == OCL_FAM_GRAD_CHUNK_LOCAL || f == OCL_FAM_PREP) &&
                      !ctx->cp_gpu
                  ? " -DCP_ONE_ITEM=1"
-                 : "");
+                 : "",
+             extra && extra[0] ? " " : "", extra ? extra : "");
     err = clBuildProgram(prog, 1, &ctx->device, opts, NULL, NULL);
+    if (err == CL_SUCCESS && getenv("VLA_OPENCL_BUILD_LOG")) {
+        size_t len = 0;
+        clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
+        char *log = len ? malloc(len + 1) : NULL;
+        if (log && clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, len, log, NULL) == CL_SUCCESS) {
+            log[len] = '\0';
+            fprintf(stderr, "vla opencl build log of %s (%s):\n%s\n", family_file[f], opts, log);
+        }
+        free(log);
+    }
     if (err != CL_SUCCESS) {
         char log[VLA_MSG_LEN] = "";
         size_t len = 0;
