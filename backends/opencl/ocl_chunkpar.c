@@ -145,8 +145,9 @@ static vla_status local_plan(vla_backend *b, ocl_cp_call *c) {
     return s;
 }
 
-/* VLA's A part on GPUs: cp_gram_local where dk <= 64 and the chunk's U fits local memory;
- * cp_apart_local where C <= 64 (a tile of G an item) and its arrays fit (apart_local_bytes). */
+/* VLA's A part on GPUs (apart_plan): cp_gram_local where dk <= 64 and the chunk's U fits local
+ * memory; cp_apart_local where its arrays fit (apart_local_bytes) for pieces of at most 64 tokens
+ * (a tile of G an item); cp_aend_local where M and L^{-1} fit as packed triangles. */
 static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float), dk = (size_t)dk_, C = (size_t)Ca;
     return rs * (dk * (dk + 1) / 2 + dk * (C + 1) + C * (C + 1) / 2);
@@ -156,7 +157,7 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * VLA_OPENCL_CP_ACHUNK=N asks for at most N (the tests' way to run the pieces). A piece's group
  * adds its chunk's earlier tokens' U^T U to M_j itself, so the Gram sums and their prefix stay
  * per chunk (per piece they doubled the prefix's traffic at dk = 64). */
-static vla_status gram_plan(vla_backend *b, ocl_cp_call *c) {
+static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->gram_wg = c->apart_local = c->aend_local = 0;
     c->Ca = c->C, c->ppc = 1;
@@ -209,7 +210,7 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
         }
     const size_t f = sizeof(float), rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     const size_t BH = (size_t)c->BH, nch = (size_t)c->nch, dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C;
-    vla_status s = c->mode == 2 ? gram_plan(b, c) : VLA_OK;
+    vla_status s = c->mode == 2 ? apart_plan(b, c) : VLA_OK;
     if (s != VLA_OK) return s;
     s = ocl_ws_grow(b, OCL_WS_MAPS, ocl_mul4(BH, nch, dk * (dk + dv), f));
     if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPX, ocl_mul4(BH, nch, dk * dv, f));

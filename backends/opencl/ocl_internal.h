@@ -83,8 +83,8 @@ typedef enum ocl_kernel_id {
     OCL_K_CP_WALK_LOCAL8, /* cp_walk_local with at most 8, 4, 2 rows an item */
     OCL_K_CP_WALK_LOCAL4,
     OCL_K_CP_WALK_LOCAL2,
-    OCL_K_CP_APART_LOCAL,
-    OCL_K_CP_AEND_LOCAL, /* cp_apart in local memory (GPUs, where its arrays fit: dk = 32, C = 64 in fp64) */
+    OCL_K_CP_APART_LOCAL, /* cp_apart and cp_aend in local memory (GPUs, where their arrays fit) */
+    OCL_K_CP_AEND_LOCAL,
     OCL_NK
 } ocl_kernel_id;
 
