@@ -199,6 +199,16 @@ static int build_cases(check_case *cases, uint64_t seed) {
                 c->has_g = paper_delta;
                 name_case(c, "many-chunks");
             }
+            /* Whole chunks of 64 tokens at dk = dv = 32: the GPU kernels' tiles and blocks of 16
+             * rows past the first (OpenCL's cp_sfac_local inverts I + L by such blocks). */
+            {
+                check_case *c = &cases[n++];
+                case_defaults(c, mech, algo);
+                c->B = 1, c->T = 150, c->H = 2, c->dk = 32, c->dv = 32, c->chunk = 64;
+                if (mech == VLA_MECH_DELTA) c->has_beta = 1;
+                c->has_g = paper_delta;
+                name_case(c, "c64");
+            }
             if (paper_delta) {
                 /* The trainer's shape (B = 64, H = 4, T = 73, d = 32), gate given; and no gate with
                  * dk = 1 against dv = 256 (the one-wide key the dk = 1 edge has only with dv = 1). */

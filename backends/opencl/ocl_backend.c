@@ -282,13 +282,15 @@ static const struct {
     [OCL_K_SOFTMAX_RB128] = {"softmax_rb128", OCL_FAM_SOFTMAX},
     [OCL_K_GRAD_CHUNK] = {"grad_chunk", OCL_FAM_GRAD_CHUNK},
     [OCL_K_GRAD_CHUNK_LOCAL] = {"grad_chunk", OCL_FAM_GRAD_CHUNK_LOCAL},
-    [OCL_K_CP_WALK_LOCAL] = {"cp_walk_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL64_16] = {"cp_walk_local64_16", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_SFAC_LOCAL] = {"cp_sfac_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_OUT_LOCAL] = {"cp_out_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_GRAM_LOCAL] = {"cp_gram_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_WALK_LOCAL8] = {"cp_walk_local8", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_WALK_LOCAL4] = {"cp_walk_local4", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_WALK_LOCAL2] = {"cp_walk_local2", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL64_8] = {"cp_walk_local64_8", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL64_4] = {"cp_walk_local64_4", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_APART_LOCAL] = {"cp_apart_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_AEND_LOCAL] = {"cp_aend_local", OCL_FAM_CHUNKPAR},
 };
@@ -345,7 +347,8 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
      * -cl-nv-verbose, whose register and spill counts VLA_OPENCL_BUILD_LOG=1 then prints). */
     const char *extra = getenv("VLA_OPENCL_BUILD_OPTIONS");
     char opts[512];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
+             f == OCL_FAM_SOFTMAX && ctx->native_exp ? " -DRB_NATIVE_EXP=1" : "",
              /* chunkpar.cl and grad_chunk.cl on CPU devices: one item a group (ocl_chunkpar.c's
               * cp_tune, ocl_grad_chunk.c); prep.cl: one item a row */
              (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_GRAD_CHUNK || f == OCL_FAM_GRAD_CHUNK_LOCAL || f == OCL_FAM_PREP) &&
@@ -533,6 +536,12 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     ctx->is_gpu = device_is_gpu(dev);
     const char *cpg = getenv("VLA_OPENCL_CHUNKPAR_GPU"); /* tests: the GPU form on any device */
     ctx->cp_gpu = ctx->is_gpu || (cpg && cpg[0] && strcmp(cpg, "0") != 0);
+    /* native_exp where its precision was measured (softmax.cl, RB_NATIVE_EXP); the switch runs
+     * either form on any device (tests, timings). */
+    char vendor[128] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+    const char *nex = getenv("VLA_OPENCL_NATIVE_EXP");
+    ctx->native_exp = nex && nex[0] ? strcmp(nex, "0") != 0 : ctx->is_gpu && strstr(vendor, "NVIDIA") != NULL;
 #ifdef VLA_HAVE_CLBLAST
     const char *noblas = getenv("VLA_OPENCL_NO_CLBLAST");
     ctx->clblast = !(noblas && noblas[0] && strcmp(noblas, "0") != 0);

@@ -42,13 +42,13 @@ typedef struct cp_tune {
 static const cp_tune tune_cpu = {1, 1, 64};
 static const cp_tune tune_gpu = {128, 32, 256};
 
-/* cp_walk_local's group (WALK_WG in chunkpar.cl) and its local arrays: P [dk][dk + 1],
- * N and X [dk][vb]. */
+/* cp_walk_local's group (WALK_WG in chunkpar.cl) and its local arrays, double-buffered:
+ * P [2][dk][dk + 1], X [2][dk][vb]. */
 #define WALK_WG 128
 /* Local memory left unplanned: what a driver may take for itself beside a kernel's arrays. */
 #define LOCAL_SPARE 4096
 static size_t walk_local_bytes(int dk, int vb) {
-    return sizeof(float) * ((size_t)dk * (dk + 1) + 2 * (size_t)dk * vb);
+    return 2 * sizeof(float) * ((size_t)dk * (dk + 1) + (size_t)dk * vb);
 }
 
 static int env_on(const char *name) {
@@ -88,25 +88,27 @@ int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsi
     return d->mechanism == VLA_MECH_LINEAR || d->mechanism == VLA_MECH_VLA;
 }
 
-/* The walk's form: cp_walk_local on GPUs where dk <= 64 and its local arrays fit, with vb value
- * columns a group: the widest of 32, 16, 8 that still gives every compute unit a group (few
- * heads: narrower blocks, more groups; each step's cost falls with vb), and no wider than dv
- * needs; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
+/* The walk's form: cp_walk_local on GPUs where dk is a power of two <= 64 (its flat loads of P
+ * need dk to divide WALK_WG) and its local arrays fit, with vb value columns a group: the widest
+ * of 32, 16, 8 that still gives every compute unit a group (few heads: narrower blocks, more
+ * groups; each step's cost falls with vb), no wider than dv needs, and narrower while the arrays
+ * do not fit; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
 static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->walk_vb = 0;
-    if (!ctx->cp_gpu || c->dk > 64 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
+    if (!ctx->cp_gpu || c->dk > 64 || WALK_WG % c->dk != 0 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
     int vb = 32; /* a power of two: WALK_WG / vb items a column */
     while (vb > 8 && ((long long)c->BH * ((c->dv + vb - 1) / vb) < (long long)ctx->compute_units || vb / 2 >= c->dv))
         vb /= 2;
     const char *force = getenv("VLA_OPENCL_WALK_VB"); /* 8, 16 or 32: the tests' and timings' way to pick */
     if (force && (atoi(force) == 8 || atoi(force) == 16 || atoi(force) == 32)) vb = atoi(force);
+    while (vb > 8 && walk_local_bytes(c->dk, vb) + LOCAL_SPARE > ctx->local_mem) vb /= 2;
     if (walk_local_bytes(c->dk, vb) + LOCAL_SPARE > ctx->local_mem) return VLA_OK;
     const int rs = WALK_WG / vb, nr = (c->dk + rs - 1) / rs;
-    const ocl_kernel_id id = nr <= 2   ? OCL_K_CP_WALK_LOCAL2
-                             : nr <= 4 ? OCL_K_CP_WALK_LOCAL4
-                             : nr <= 8 ? OCL_K_CP_WALK_LOCAL8
-                                       : OCL_K_CP_WALK_LOCAL;
+    const ocl_kernel_id id = c->dk > 32 ? (nr <= 4 ? OCL_K_CP_WALK_LOCAL64_4 : nr <= 8 ? OCL_K_CP_WALK_LOCAL64_8 : OCL_K_CP_WALK_LOCAL64_16)
+                             : nr <= 2  ? OCL_K_CP_WALK_LOCAL2
+                             : nr <= 4  ? OCL_K_CP_WALK_LOCAL4
+                                        : OCL_K_CP_WALK_LOCAL8;
     cl_kernel k;
     vla_status s = ocl_kernel(b, id, &k);
     if (s != VLA_OK) return s;
@@ -150,7 +152,7 @@ static vla_status local_plan(vla_backend *b, ocl_cp_call *c) {
  * (a tile of G an item); cp_aend_local where M and L^{-1} fit as packed triangles. */
 static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float), dk = (size_t)dk_, C = (size_t)Ca;
-    return rs * (dk * (dk + 1) / 2 + dk * (C + 1) + C * (C + 1) / 2);
+    return rs * (dk * (dk + 1) / 2 + dk * (C + 1 > 16 ? C + 1 : 16) + C * (C + 1) / 2);
 }
 /* cp_apart_local's piece: each chunk's A part in ppc pieces of at most Ca tokens, Ca = C where
  * its arrays fit, else the longest power of two down to 16 that fits (at dk = 64 in fp64: 32);
@@ -278,7 +280,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             const int Ca = c->Ca;
             m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->ppc), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(AL)),
                 i_(&ap, T), i_(&ap, dk), i_(&ap, Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
-            ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1), NULL);
+            ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1 > 16 ? Ca + 1 : 16), NULL);
             ocl_launch_arg(&ap, rs * (size_t)Ca * (Ca + 1) / 2, NULL);
             TRY(ocl_launch_run(&ap, chunks * (size_t)c->ppc, 256));
         } else {
@@ -322,9 +324,8 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         ocl_launch w = ocl_launch_start(b, (ocl_kernel_id)c->walk_id);
         m_(&w, WS(MAPS)), i_(&w, nch), m_(&w, WS(CPX)), m_(&w, WS(ST)), i_(&w, dk), i_(&w, dv), i_(&w, per_head),
             i_(&w, vb), i_(&w, !c->residual && !c->has_g);
-        ocl_launch_arg(&w, sizeof(float) * (size_t)dk * (dk + 1), NULL);
-        ocl_launch_arg(&w, sizeof(float) * (size_t)dk * vb, NULL);
-        ocl_launch_arg(&w, sizeof(float) * (size_t)dk * vb, NULL);
+        ocl_launch_arg(&w, 2 * sizeof(float) * (size_t)dk * (dk + 1), NULL);
+        ocl_launch_arg(&w, 2 * sizeof(float) * (size_t)dk * vb, NULL);
         TRY(ocl_launch_run(&w, BH * (size_t)per_head, WALK_WG));
     } else {
         /* CPU devices: one item a head walks all columns (its loops vectorise); GPUs: walk_wg

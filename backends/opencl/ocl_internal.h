@@ -76,13 +76,15 @@ typedef enum ocl_kernel_id {
     OCL_K_SOFTMAX_RB128, /* and dv <= 128 */
     OCL_K_GRAD_CHUNK,
     OCL_K_GRAD_CHUNK_LOCAL,
-    OCL_K_CP_WALK_LOCAL, /* cp_walk with its state and maps in local memory (GPUs, dk <= 64) */
+    OCL_K_CP_WALK_LOCAL64_16, /* cp_walk with its state and maps in local memory (GPUs, dk = 64, 16 rows an item) */
     OCL_K_CP_SFAC_LOCAL, /* cp_sfac and cp_out in local memory (GPUs, no g, dk, dv, C <= 64) */
     OCL_K_CP_OUT_LOCAL,
     OCL_K_CP_GRAM_LOCAL, /* cp_gram with the chunk's U in local memory (GPUs, dk <= 64) */
-    OCL_K_CP_WALK_LOCAL8, /* cp_walk_local with at most 8, 4, 2 rows an item */
+    OCL_K_CP_WALK_LOCAL8, /* the same for dk <= 32, at most 8, 4, 2 rows an item */
     OCL_K_CP_WALK_LOCAL4,
     OCL_K_CP_WALK_LOCAL2,
+    OCL_K_CP_WALK_LOCAL64_8, /* dk = 64, 8 and 4 rows an item */
+    OCL_K_CP_WALK_LOCAL64_4,
     OCL_K_CP_APART_LOCAL, /* cp_apart and cp_aend in local memory (GPUs, where their arrays fit) */
     OCL_K_CP_AEND_LOCAL,
     OCL_NK
@@ -126,6 +128,7 @@ typedef struct ocl_ctx {
     cl_uint compute_units;
     int is_gpu;
     int cp_gpu;             /* chunkpar.cl in its GPU form (many items a group): GPUs, or VLA_OPENCL_CHUNKPAR_GPU=1 */
+    int native_exp;         /* softmax_rb's exponentials by native_exp: NVIDIA's GPUs, or VLA_OPENCL_NATIVE_EXP=1 */
     cl_program programs[OCL_NFAM]; /* built lazily, once per handle */
     cl_kernel kernels[OCL_NK];     /* created lazily from their family's program */
     size_t kernel_max_wg[OCL_NK];  /* CL_KERNEL_WORK_GROUP_SIZE */

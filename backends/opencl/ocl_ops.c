@@ -94,8 +94,8 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "sm_grad_stats", "sm_grad_dq", "sm_grad_dkv", "grad_gdr", "grad_vla", "dp_prep", "dp_sequential", "grad_dp",
     "dp_grad_prep", "grad_dp (local dS)", "cp_gram", "cp_prefix", "cp_apart", "cp_aend", "cp_sfac", "cp_walk",
     "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "grad_chunk", "grad_chunk (local)",
-    "cp_walk_local", "cp_sfac_local", "cp_out_local", "cp_gram_local", "cp_walk_local8", "cp_walk_local4",
-    "cp_walk_local2", "cp_apart_local", "cp_aend_local",
+    "cp_walk_local64_16", "cp_sfac_local", "cp_out_local", "cp_gram_local", "cp_walk_local8", "cp_walk_local4",
+    "cp_walk_local2", "cp_walk_local64_8", "cp_walk_local64_4", "cp_apart_local", "cp_aend_local",
     "CLBlast sgemm",
 };
 

@@ -394,47 +394,52 @@ __kernel void cp_walk(__global const float *restrict maps, int nch, __global flo
 }
 
 #ifndef CP_ONE_ITEM
-/* The walk on GPUs for dk <= 64 (the host's choice, ocl_chunkpar.c): cp_walk above reads and
- * writes X in global memory, one dependent update after another, which left it at about 130 ns
- * a multiply-add on an H100 (70 ms of a 75 ms VLA call at (1,4,32) T = 32768). Here a group of
- * WALK_WG items owns vb value columns of one head (groups = heads x per_head); the state block
- * Xl [dk][vb], the map's P [dk][dk] (row stride dk + 1: items of one warp read different rows) and
- * N [dk][vb] are in local memory; item (jj = lid % vb, r0 = lid / vb) computes column jj of rows
- * r0, r0 + rs, ... (rs = WALK_WG / vb). Each item loads its share of the next chunk's map into
- * registers (column c = lid of every map row, c < dk + vb <= WALK_WG) while the current chunk
- * computes, so the global loads' latency hides behind the step. Three barriers a chunk. */
+/* The walk on GPUs for dk a power of two <= 64 (the host's choice, ocl_chunkpar.c): cp_walk above
+ * reads and writes X in global memory, one dependent update after another, which left it at about
+ * 130 ns a multiply-add on an H100 (70 ms of a 75 ms VLA call at (1,4,32) T = 32768). Here a group
+ * of WALK_WG items owns vb value columns of one head (groups = heads x per_head). Item
+ * (jj = lid % vb, r0 = lid / vb) computes column jj of rows r0, r0 + rs, ... (rs = WALK_WG / vb).
+ * Local memory, double-buffered by the chunk's parity: P [2][dk][dk + 1] (the odd stride: items of
+ * one warp read different rows) and X [2][dk][vb]. Step j reads buffer j & 1 and writes the other,
+ * whose last readers were before the previous step's barrier: one barrier a step. The next map is
+ * in flight in registers during a step: the item's flat share of P (elements lid + k WALK_WG,
+ * coalesced; dk divides WALK_WG, so they lie S = (WALK_WG / dk) W apart) and N's entries of its own
+ * rows (read from registers, never staged). The form that loaded a column of P an item (64 loads,
+ * all addresses live across the loop) took 255 registers and spilled; the map's row stride is
+ * read back from local memory (wl) after each step's barrier, so that the compiler recomputes the
+ * loads' offsets each step instead of holding them all in registers. */
 #define WALK_WG 128
-#define WALK_MAXDK 64
-#define WALK_ROWS (WALK_MAXDK * 32 / WALK_WG) /* rows an item computes at vb = 32 */
-/* pf[i] = m[i W + src] for the map's rows i < dk: unconditional loads (rows past dk repeat the
- * last; items without a column load column 0) at constant indices. Loads under a per-item, per-row
- * condition took VLA at (1,4,32) T = 32768 from 3.88 to 4.76 ms on an H100 (the A/B in
- * benchmarks/results/2026-12-06-h100-opencl-speed/). */
-void walk_fetch(float *pf, __global const float *m, int W, int src, int dk) {
-#pragma unroll
-    for (int i = 0; i < WALK_MAXDK / 2; i++) pf[i] = m[(size_t)min(i, dk - 1) * W + src];
-    if (dk > WALK_MAXDK / 2)
-#pragma unroll
-        for (int i = WALK_MAXDK / 2; i < WALK_MAXDK; i++) pf[i] = m[(size_t)min(i, dk - 1) * W + src];
-}
+#define WALK_NR 16 /* the most rows an item, and P's loads an item (dk = 64) */
+#define WALK_FP 32
 
-/* The walk's body, NR rows an item at most (a constant where the kernels below inline it, so its
- * row loops unroll to NR: at dk = 32 with 8 columns a group an item has 2 rows, and loops of
- * WALK_ROWS = 16 predicated rows spent 8x the issue slots). */
+/* pf[k] = P's flat element lid + k WALK_WG, row pr + k prs, column pc (k < fp; rows past dk
+ * clamped to the last: a valid address); nf[k] = N (r0 + k rs, jc) (rows past dk clamped).
+ * m: the chunk's map [dk][W]. */
+void walk_fetch(float *pf, float *nf, __global const float *m, int W, int dk, int fp, int pr, int prs, int pc, int r0,
+                int rs, int jc, const int NR, const int FP) {
+#pragma unroll
+    for (int k = 0; k < FP; k++)
+        if (k < fp) pf[k] = m[min(pr + k * prs, dk - 1) * W + pc];
+#pragma unroll
+    for (int k = 0; k < NR; k++) nf[k] = m[min(r0 + k * rs, dk - 1) * W + dk + jc];
+}
+#define WALK_FETCH(mm) walk_fetch(pf, nf, mm, W, dk, fp, pr, prs, pc, r0, rs, jc, NR, FP)
+
+/* NR: rows an item at most; FP: P's loads an item at most (dk^2 / WALK_WG: 8 at dk <= 32, 32 at
+ * dk = 64). Constants where the kernels below inline it, so every register array has constant
+ * indices (loops of 16 predicated rows at dk = 32, 8 columns a group, spent 8x the issue slots). */
 void walk_local(__global const float *restrict maps, int nch, __global float *restrict Xs,
                 __global float *restrict ST, int dk, int dv, int per_head, int vb, int p_identity,
-                __local float *Pl, __local float *Nl, __local float *Xl, const int NR) {
+                __local float *Pl, __local float *Xl, __local int *wl, const int NR, const int FP) {
     const int grp = get_group_id(0), bh = grp / per_head, lid = get_local_id(0);
     const int j0 = (grp % per_head) * vb, nv = min(vb, dv - j0), W = dk + dv, ldp = dk + 1;
     const int jj = lid % vb, r0 = lid / vb, rs = WALK_WG / vb, nr = (dk - r0 + rs - 1) / rs;
+    const int jc = j0 + min(jj, nv - 1); /* the column this item loads N from (past nv: computed, not stored) */
+    const int prs = WALK_WG / dk, pr = lid / dk, pc = lid - pr * dk;
+    const int fp = p_identity ? 0 : (dk * dk + WALK_WG - 1) / WALK_WG;
+    const size_t pstride = (size_t)dk * ldp, xstride = (size_t)dk * vb;
     __global float *S = ST + (size_t)bh * dk * dv;
     __global float *X = Xs + (size_t)bh * nch * dk * dv;
-    /* This item's map column: P's column lid, else N's column j0 + (lid - pw) of this block. */
-    const int pw = p_identity ? 0 : dk, c = lid - pw;
-    const int fetch = lid < pw || (c >= 0 && c < nv);
-    const int src = lid < pw ? lid : fetch ? dk + j0 + c : 0; /* every item loads (a valid address) */
-    __local float *dst = lid < pw ? Pl + lid : Nl + c;
-    const int dld = lid < pw ? ldp : vb;
     for (int e = lid; e < dk * vb; e += WALK_WG) { /* X_0 */
         const int i = e / vb, col = e - i * vb;
         float x = 0.0f;
@@ -444,62 +449,86 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
         }
         Xl[e] = x;
     }
-    for (int e = lid; e < dk * vb; e += WALK_WG) Nl[e] = 0.0f; /* the columns past nv stay 0 */
-    float pf[WALK_MAXDK];
+    if (lid == 0) wl[0] = W;
+    float pf[WALK_FP], nf[WALK_NR], ncur[WALK_NR]; /* FP, NR of them used */
     __global const float *m = maps + (size_t)bh * nch * dk * W;
-    walk_fetch(pf, m, W, src, dk);
+    WALK_FETCH(m);
+#pragma unroll
+    for (int k = 0; k < FP; k++)
+        if (k < fp && pr + k * prs < dk) Pl[(pr + k * prs) * ldp + pc] = pf[k];
+#pragma unroll
+    for (int k = 0; k < NR; k++) ncur[k] = nf[k];
+    if (nch > 1) WALK_FETCH(m + (size_t)dk * W);
+    barrier(CLK_LOCAL_MEM_FENCE);
     for (int ci = 0; ci < nch; ci++) {
-        barrier(CLK_LOCAL_MEM_FENCE); /* the last step's reads of Pl, Nl done; its Xl visible */
-        if (fetch) {
+        const int cur = ci & 1;
+        __local const float *P = Pl + cur * pstride, *Xc = Xl + cur * xstride;
+        __local float *Xn = Xl + (cur ^ 1) * xstride;
+        float acc[WALK_NR];
 #pragma unroll
-            for (int i = 0; i < WALK_MAXDK / 2; i++)
-                if (i < dk) dst[i * dld] = pf[i];
-            if (dk > WALK_MAXDK / 2)
-#pragma unroll
-                for (int i = WALK_MAXDK / 2; i < WALK_MAXDK; i++)
-                    if (i < dk) dst[i * dld] = pf[i];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (ci + 1 < nch) { /* the next chunk's map, in flight during this step */
-            m += (size_t)dk * W;
-            walk_fetch(pf, m, W, src, dk);
-        }
-        float acc[WALK_ROWS];
-#pragma unroll
-        for (int k = 0; k < NR; k++) {
-            const int i = r0 + k * rs;
-            acc[k] = k < nr ? Nl[i * vb + jj] + (p_identity ? Xl[i * vb + jj] : 0.0f) : 0.0f;
-        }
+        for (int k = 0; k < NR; k++) acc[k] = ncur[k] + (p_identity && k < nr ? Xc[(r0 + k * rs) * vb + jj] : 0.0f);
         if (!p_identity)
             for (int p = 0; p < dk; p++) {
-                const float x = Xl[p * vb + jj];
+                const float x = Xc[p * vb + jj];
 #pragma unroll
                 for (int k = 0; k < NR; k++)
-                    if (k < nr) acc[k] += Pl[(r0 + k * rs) * ldp + p] * x;
+                    if (k < nr) acc[k] += P[(r0 + k * rs) * ldp + p] * x;
             }
-        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read Xl */
         __global float *x1 = ci + 1 < nch ? X + (size_t)(ci + 1) * dk * dv : S;
 #pragma unroll
         for (int k = 0; k < NR; k++) {
             const int i = r0 + k * rs;
             if (k < nr) {
-                Xl[i * vb + jj] = acc[k];
+                Xn[i * vb + jj] = acc[k];
                 if (jj < nv) x1[(size_t)i * dv + j0 + jj] = acc[k];
             }
         }
+        if (ci + 1 < nch) { /* the next map into the other buffer and registers */
+            __local float *Pn = Pl + (cur ^ 1) * pstride;
+#pragma unroll
+            for (int k = 0; k < FP; k++)
+                if (k < fp && pr + k * prs < dk) Pn[(pr + k * prs) * ldp + pc] = pf[k];
+#pragma unroll
+            for (int k = 0; k < NR; k++) ncur[k] = nf[k];
+        }
+        if (ci + 2 < nch) {
+            const int Ws = wl[0]; /* = W (above) */
+            walk_fetch(pf, nf, m + (size_t)(ci + 2) * dk * Ws, Ws, dk, fp, pr, prs, pc, r0, rs, jc, NR, FP);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
 
 #define WALK_ARGS                                                                                       \
     __global const float *restrict maps, int nch, __global float *restrict Xs, __global float *restrict ST, \
-        int dk, int dv, int per_head, int vb, int p_identity, __local float *Pl, __local float *Nl,      \
-        __local float *Xl
-#define WALK_PASS maps, nch, Xs, ST, dk, dv, per_head, vb, p_identity, Pl, Nl, Xl
-/* The host takes the one with the fewest rows an item that covers ceil(dk / (WALK_WG / vb)). */
-__kernel void cp_walk_local(WALK_ARGS) { walk_local(WALK_PASS, 16); }
-__kernel void cp_walk_local8(WALK_ARGS) { walk_local(WALK_PASS, 8); }
-__kernel void cp_walk_local4(WALK_ARGS) { walk_local(WALK_PASS, 4); }
-__kernel void cp_walk_local2(WALK_ARGS) { walk_local(WALK_PASS, 2); }
+        int dk, int dv, int per_head, int vb, int p_identity, __local float *Pl, __local float *Xl
+#define WALK_PASS maps, nch, Xs, ST, dk, dv, per_head, vb, p_identity, Pl, Xl, wl
+/* The host takes the one for its dk (<= 32, or 64) with the fewest rows an item that covers
+ * ceil(dk / (WALK_WG / vb)). */
+__kernel void cp_walk_local2(WALK_ARGS) {
+    __local int wl[1];
+    walk_local(WALK_PASS, 2, 8);
+}
+__kernel void cp_walk_local4(WALK_ARGS) {
+    __local int wl[1];
+    walk_local(WALK_PASS, 4, 8);
+}
+__kernel void cp_walk_local8(WALK_ARGS) {
+    __local int wl[1];
+    walk_local(WALK_PASS, 8, 8);
+}
+__kernel void cp_walk_local64_4(WALK_ARGS) {
+    __local int wl[1];
+    walk_local(WALK_PASS, 4, 32);
+}
+__kernel void cp_walk_local64_8(WALK_ARGS) {
+    __local int wl[1];
+    walk_local(WALK_PASS, 8, 32);
+}
+__kernel void cp_walk_local64_16(WALK_ARGS) {
+    __local int wl[1];
+    walk_local(WALK_PASS, 16, 32);
+}
 #endif
 
 /* Outputs of one chunk from its start state X_j: E = Y - Wr X_j (in place in Y), then
@@ -613,34 +642,139 @@ __kernel void cp_gram_local(__global const int *restrict starts, int nch, __glob
 }
 
 /* Cholesky in place of a packed lower triangle (entry (i, j), j <= i, at i (i + 1) / 2 + j) in
- * local memory: cp_chol's GPU form (panels of 4 columns, the flat (row, column) item loops), with
- * L[j][u] read from the lower triangle where cp_chol reads its upper copy. */
+ * local memory, right-looking by panels of LC_PW columns, two barriers a panel: every item
+ * factors the panel's diagonal block in registers itself (LC_PW^2 / 2 entries: cheaper than a
+ * barrier a column), then the rows below solve for their panel entries (L_i,p = A_i,p L_pp^{-T},
+ * an item a row) and item 0 stores the block; after a barrier, items over the (row, column) pairs
+ * of the trailing triangle subtract its rank-LC_PW update. Pivots are floored at a tiny positive
+ * value (the matrices here are SPD by construction). The column-at-a-time form (three barriers a
+ * column) spent 192 barriers on M at dk = 64. */
 #define PK(i, j) ((i) * ((i) + 1) / 2 + (j))
+#ifndef LC_PW /* a build option's (development: A/B of the panel width) */
+#define LC_PW 4
+#endif
+#define PD(i, j) ((i) * ((i) + 1) / 2 + (j)) /* the same packing, in the block's registers */
 void lchol_packed(__local real_t *A, int n) {
     const int lid = get_local_id(0), wg = get_local_size(0);
-    for (int k = 0; k < n; k++) {
-        const int k0 = k - k % 4, kend = min(k0 + 4, n);
-        const real_t d = sqrt(fmax(A[PK(k, k)], (real_t)1e-300)), inv = 1 / d;
-        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the pivot before item 0 writes it */
-        for (int j = k + 1 + lid; j < n; j += wg) A[PK(j, k)] *= inv;
-        if (lid == 0) A[PK(k, k)] = d;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int pw = kend - k - 1; /* the panel's later columns, every row below */
-        for (int e = lid; e < (n - k - 1) * pw; e += wg) {
-            const int i = k + 1 + e / pw, j = k + 1 + e % pw;
-            if (j <= i) A[PK(i, j)] -= A[PK(i, k)] * A[PK(j, k)];
+    for (int k0 = 0; k0 < n; k0 += LC_PW) {
+        const int pw = min(LC_PW, n - k0), kend = k0 + pw;
+        real_t D[LC_PW * (LC_PW + 1) / 2];
+#pragma unroll
+        for (int i = 0; i < LC_PW; i++)
+#pragma unroll
+            for (int j = 0; j <= i; j++) D[PD(i, j)] = i < pw ? A[PK(k0 + i, k0 + j)] : (real_t)(i == j);
+#pragma unroll
+        for (int j = 0; j < LC_PW; j++) {
+            const real_t d = sqrt(fmax(D[PD(j, j)], (real_t)1e-300)), inv = 1 / d;
+            D[PD(j, j)] = d;
+#pragma unroll
+            for (int i = j + 1; i < LC_PW; i++) D[PD(i, j)] *= inv;
+#pragma unroll
+            for (int i = j + 1; i < LC_PW; i++)
+#pragma unroll
+                for (int l = j + 1; l <= i; l++) D[PD(i, l)] -= D[PD(i, j)] * D[PD(l, j)];
         }
-        if (k + 1 == kend && kend < n) { /* the trailing triangle's rank-4 update */
-            const int m = n - kend;
-            for (int e = lid; e < m * m; e += wg) {
-                const int i = kend + e / m, j = kend + e % m;
-                if (j > i) continue;
-                real_t x = 0;
-                for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
-                A[PK(i, j)] -= x;
+        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the block before it is written */
+        for (int i = kend + lid; i < n; i += wg) { /* row i's panel entries */
+            real_t x[LC_PW];
+#pragma unroll
+            for (int j = 0; j < LC_PW; j++) {
+                real_t y = j < pw ? A[PK(i, k0 + j)] : 0;
+#pragma unroll
+                for (int u = 0; u < j; u++) y -= x[u] * D[PD(j, u)];
+                x[j] = y / D[PD(j, j)];
             }
+#pragma unroll
+            for (int j = 0; j < LC_PW; j++)
+                if (j < pw) A[PK(i, k0 + j)] = x[j];
+        }
+        if (lid == 0)
+#pragma unroll
+            for (int i = 0; i < LC_PW; i++)
+#pragma unroll
+                for (int j = 0; j <= i; j++)
+                    if (i < pw) A[PK(k0 + i, k0 + j)] = D[PD(i, j)];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int m = n - kend; /* the trailing triangle, rows and columns >= kend */
+        for (int e = lid; e < m * m; e += wg) {
+            const int i = kend + e / m, j = kend + e % m;
+            if (j > i) continue;
+            real_t x = 0;
+            for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
+            A[PK(i, j)] -= x;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* The packed lower triangle A (n x n, from lchol_packed) becomes L^{-1} in place, by blocks of 16
+ * rows as lt_unit_inverse: each diagonal block inverted by forward substitution, an item a column
+ * (16 steps in registers), then block row i's off-diagonal part Li_i,<i = -Li_ii (L_i,<i Li_<i,<i)
+ * through scr [16][n]. Barriers: uniform control flow; ends with one. */
+void lp_inverse(__local real_t *A, int n, __local real_t *scr) {
+    const int lid = get_local_id(0), wg = get_local_size(0), nb = (n + 15) / 16;
+    const int blk = lid / 16, j = lid % 16, r0 = 16 * blk, bs = min(16, n - r0);
+    const int own = blk < nb && j < bs;
+    real_t x[16];
+    if (own)
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int ii = r0 + min(i, bs - 1); /* rows past bs: discarded */
+            real_t acc = i == j ? 1 : 0;
+#pragma unroll
+            for (int r = 0; r < i; r++) acc -= A[PK(ii, r0 + min(r, bs - 1))] * x[r];
+            x[i] = i < j ? 0 : acc / A[PK(ii, ii)];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the diagonal blocks read before they are overwritten */
+    if (own)
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            if (i < bs && i >= j) A[PK(r0 + i, r0 + j)] = x[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int ib = 1; ib < nb; ib++) {
+        const int q0 = 16 * ib, qs = min(16, n - q0);
+        for (int e = lid; e < qs * q0; e += wg) { /* scr = L_i,<i Li_<i,<i (lower: p >= jc) */
+            const int i = e / q0, jc = e - i * q0;
+            real_t acc = 0;
+            for (int p = jc; p < q0; p++) acc += A[PK(q0 + i, p)] * A[PK(p, jc)];
+            scr[i * n + jc] = acc;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < qs * q0; e += wg) { /* Li_i,<i = -Li_ii scr */
+            const int i = e / q0, jc = e - i * q0;
+            real_t acc = 0;
+            for (int p = 0; p <= i; p++) acc += A[PK(q0 + i, q0 + p)] * scr[p * n + jc];
+            A[PK(q0 + i, jc)] = -acc;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* acc = op(Li) B for the tile (ti, tj) of an m x n product (tiles as lt_tile's), Li packed lower
+ * (lp_inverse's), op(Li) = Li (tr = 0) or Li^T (tr = 1), zeros read as such; B [m][n] real_t
+ * (row stride ldb); depth m. */
+void lp_tile(real_t *acc, __local const real_t *Li, int tr, __local const real_t *B, int ldb, int ti, int tj, int NI,
+             int NJ, int m, int n) {
+    int ai[LT], bo[LT];
+#pragma unroll
+    for (int r = 0; r < LT; r++) {
+        ai[r] = min(ti + r * NI, m - 1);
+        bo[r] = min(tj + r * NJ, n - 1);
+    }
+#pragma unroll
+    for (int e = 0; e < LT * LT; e++) acc[e] = 0;
+    for (int p = 0; p < m; p++) {
+        real_t a[LT], b2[LT];
+#pragma unroll
+        for (int r = 0; r < LT; r++) {
+            const int i = ai[r];
+            a[r] = tr ? (p >= i ? Li[PK(p, i)] : 0) : (p <= i ? Li[PK(i, p)] : 0);
+            b2[r] = B[p * ldb + bo[r]];
+        }
+#pragma unroll
+        for (int r = 0; r < LT; r++)
+#pragma unroll
+            for (int s2 = 0; s2 < LT; s2++) acc[r * LT + s2] += a[r] * b2[s2];
     }
 }
 
@@ -677,13 +811,16 @@ __kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk,
 
 /* cp_apart on GPUs where its arrays fit local memory, over the A part's chunks of at most C
  * tokens (the host's: 64 at dk = 32, 32 at dk = 64; 38 KB in fp64): Ld real, M's lower triangle
- * packed (then its Cholesky), Yd [dk][C + 1] real (Y, then Z^T; the odd stride spreads the Z
- * solve's rows over banks), Gp real, G's lower triangle packed (then its Cholesky): in float, as
+ * packed (then its Cholesky L, then L^{-1}), Yd [dk][max(C + 1, 16)] real (lp_inverse's scratch,
+ * U^T, Y, then Z^T; the odd stride spreads the Z solve's rows over banks), Gp real, G's lower
+ * triangle packed (then its Cholesky): in float, as
  * a full square would fit beside a square Ld at dk = 32, C = 64, the outputs' error at lambda0 =
  * 1e-3, T = 8192 grew from 3.6e-7 to 3.4e-6 on PoCL (a_t comes from a cancelling difference there). The
  * global form's serial row updates took 0.36 ms of a 1.1 ms VLA call at (1,4,32)
- * T = 2048 on an H100. Steps as cp_apart's; the solves run an item a column of Y (tokens) or a
- * row of Z^T, which needs no barrier inside a solve. */
+ * T = 2048 on an H100. Steps as cp_apart's, but Y = L^{-1} U^T and Z^T = L^{-T} Y are products
+ * with L^{-1} (register tiles over the whole group): solved an item a token (c of 256 items busy,
+ * dk dependent steps each, twice) they held the A part at 13.1 ms of a 42 ms VLA call at (8,16,64)
+ * T = 8192 on an H100. Z = Lg^{-1} Z runs an item a row of Z^T, no barrier inside. */
 __kernel void cp_apart_local(__global const int *restrict starts, int nch, int ppc, __global const float *restrict uu,
                              __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int C,
                              float s_u, float eps, __local real_t *Ld, __local real_t *Yd, __local real_t *Gp) {
@@ -704,18 +841,23 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     lchol_packed(Ld, dk);
-    for (int t = lid; t < c; t += wg) /* Y = L^{-1} U^T, column t */
-        for (int r = 0; r < dk; r++) {
-            __local const real_t *lr = Ld + PK(r, 0);
-            real_t s0 = 0, s1 = 0;
-            int p = 0;
-            for (; p + 2 <= r; p += 2) {
-                s0 += lr[p] * Yd[p * ldy + t];
-                s1 += lr[p + 1] * Yd[(p + 1) * ldy + t];
+    lp_inverse(Ld, dk, Yd); /* Ld <- L^{-1}; Yd its scratch */
+    for (int e = lid; e < c * dk; e += wg) { /* U^T */
+        const int t = e / dk, r = e - t * dk;
+        Yd[r * ldy + t] = (real_t)U[e];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int YI = (dk + LT - 1) / LT, YJ = (c + LT - 1) / LT, yi = lid / max(YJ, 1), yj = lid - yi * YJ;
+    const int ymine = lid < YI * YJ; /* the host's dk, C: at most 256 tiles */
+    real_t ya[LT * LT];
+    if (ymine) lp_tile(ya, Ld, 0, Yd, ldy, yi, yj, YI, YJ, dk, c); /* Y = L^{-1} U^T */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ymine)
+        for (int u = 0; u < LT; u++)
+            for (int s2 = 0; s2 < LT; s2++) {
+                const int i = yi + u * YI, j = yj + s2 * YJ;
+                if (i < dk && j < c) Yd[i * ldy + j] = ya[u * LT + s2];
             }
-            if (p < r) s0 += lr[p] * Yd[p * ldy + t];
-            Yd[r * ldy + t] = ((real_t)U[(size_t)t * dk + r] - (s0 + s1)) / lr[r];
-        }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int NI = (c + LT - 1) / LT;
     for (int tile = lid; tile < NI * NI; tile += wg) { /* G = I + Y^T Y, lower */
@@ -747,18 +889,14 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
                 if (i < c && j <= i) Gp[PK(i, j)] = (i == j ? 1 : 0) + acc[u * LT + s2];
             }
     }
+    if (ymine) lp_tile(ya, Ld, 1, Yd, ldy, yi, yj, YI, YJ, dk, c); /* Z^T = L^{-T} Y */
     barrier(CLK_LOCAL_MEM_FENCE); /* Y is read above before it is overwritten below */
-    for (int t = lid; t < c; t += wg) /* Z^T = L^{-T} Y in place, column t, rows from the last */
-        for (int r = dk - 1; r >= 0; r--) {
-            real_t s0 = 0, s1 = 0; /* L[p][r], p > r: column r of the packed rows */
-            int p = r + 1;
-            for (; p + 2 <= dk; p += 2) {
-                s0 += Ld[PK(p, r)] * Yd[p * ldy + t];
-                s1 += Ld[PK(p + 1, r)] * Yd[(p + 1) * ldy + t];
+    if (ymine)
+        for (int u = 0; u < LT; u++)
+            for (int s2 = 0; s2 < LT; s2++) {
+                const int i = yi + u * YI, j = yj + s2 * YJ;
+                if (i < dk && j < c) Yd[i * ldy + j] = ya[u * LT + s2];
             }
-            if (p < dk) s0 += Ld[PK(p, r)] * Yd[p * ldy + t];
-            Yd[r * ldy + t] = (Yd[r * ldy + t] - (s0 + s1)) / Ld[PK(r, r)];
-        }
     barrier(CLK_LOCAL_MEM_FENCE);
     lchol_packed(Gp, c);
     for (int r = lid; r < dk; r += wg) { /* Z = Lg^{-1} Z on Z^T's row r, tokens in order */
@@ -788,30 +926,64 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
     }
 }
 
-/* X [c][w] (row stride ld) = (I + L)^{-1} X in place, L strictly lower in Ll [C][C]: forward
- * substitution, an item a column (a column's rows depend only on its own earlier rows: no
- * barrier). */
-void lt_solve(__local float *X, int w, int ld, __local const float *Ll, int C, int c) {
-    for (int j = get_local_id(0); j < w; j += get_local_size(0))
-        for (int t = 1; t < c; t++) {
-            __local const float *lt = Ll + t * C;
-            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-            int s = 0;
-            for (; s + 4 <= t; s += 4) {
-                s0 += lt[s] * X[s * ld + j];
-                s1 += lt[s + 1] * X[(s + 1) * ld + j];
-                s2 += lt[s + 2] * X[(s + 2) * ld + j];
-                s3 += lt[s + 3] * X[(s + 3) * ld + j];
-            }
-            for (; s < t; s++) s0 += lt[s] * X[s * ld + j];
-            X[t * ld + j] -= (s0 + s1) + (s2 + s3);
+/* Tl [C][C], strictly lower L in its first c rows and columns, becomes T = (I + L)^{-1} there (unit
+ * lower, its zeros above the diagonal written), by blocks of 16 rows: each diagonal block inverted
+ * by forward substitution, an item a column (16 steps in registers), then block row i's
+ * off-diagonal part T_i,<i = -T_ii (L_i,<i T_<i,<i) by two small products through scr
+ * [16][C]. Applied to the chunk's [Kr | V] as products (T X), the solve runs on every item of the
+ * group; substituting an item a column (32 of 256 items busy, 64 dependent steps each) took most
+ * of cp_sfac_local's 18.6 ms at (8,16,64) T = 8192 on an H100. Barriers: uniform control flow;
+ * ends with one. */
+void lt_unit_inverse(__local float *Tl, int C, int c, __local float *scr) {
+    const int lid = get_local_id(0), wg = get_local_size(0), nb = (c + 15) / 16;
+    for (int e = lid; e < c * c; e += wg) { /* the zeros above the diagonal blocks */
+        const int i = e / c, j = e - i * c;
+        if (j / 16 > i / 16) Tl[i * C + j] = 0.0f;
+    }
+    float x[16];
+    const int blk = lid / 16, j = lid % 16, r0 = 16 * blk, bs = min(16, c - r0);
+    const int own = blk < nb && j < bs;
+    if (own) {
+        __local const float *D = Tl + r0 * C + r0;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float acc = i == j ? 1.0f : 0.0f;
+#pragma unroll
+            for (int r = 0; r < i; r++) acc -= D[min(i, bs - 1) * C + min(r, bs - 1)] * x[r]; /* rows past bs: discarded */
+            x[i] = i < j ? 0.0f : acc;
         }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the diagonal blocks read before they are overwritten */
+    if (own)
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            if (i < bs) Tl[(r0 + i) * C + r0 + j] = x[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int ib = 1; ib < nb; ib++) {
+        const int q0 = 16 * ib, qs = min(16, c - q0);
+        for (int e = lid; e < qs * q0; e += wg) { /* scr = L_i,<i T_<i,<i (T lower: p >= jc) */
+            const int i = e / q0, jc = e - i * q0;
+            __local const float *li = Tl + (q0 + i) * C;
+            float acc = 0.0f;
+            for (int p = jc; p < q0; p++) acc += li[p] * Tl[p * C + jc];
+            scr[i * C + jc] = acc;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < qs * q0; e += wg) { /* T_i,<i = -T_ii scr (T_ii unit lower) */
+            const int i = e / q0, jc = e - i * q0;
+            __local const float *ti = Tl + (q0 + i) * C + q0;
+            float acc = scr[i * C + jc];
+            for (int p = 0; p < i; p++) acc += ti[p] * scr[p * C + jc];
+            Tl[(q0 + i) * C + jc] = -acc;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
 }
 
-/* cp_sfac without g (see there for the arrays). Local: Wt [dk][C] (W^T), Ll [C][C] (L) and a
- * slab Hb [C][ks] through which the chunk's Q, Kr and V pass ks columns at a time: Mq = tril(Q W^T)
- * and L = strict(Kr W^T) accumulate over dk's slabs, each column slab of Kr and V is solved in
- * place (Wr, Y) and gives its columns of P and N. ks is the host's (64 where it fits, else 32):
+/* cp_sfac without g (see there for the arrays). Local: Wt [dk][C] (W^T), Ll [C][C] (L, then
+ * T = (I + L)^{-1}) and a slab Hb [C][ks] through which the chunk's Q, Kr and V pass ks columns at
+ * a time: Mq = tril(Q W^T) and L = strict(Kr W^T) accumulate over dk's slabs, then each column
+ * slab of Kr and V becomes T times itself in place (Wr, Y) and gives its columns of P and N. ks is the host's (64 where it fits, else 32):
  * at dk = dv = C = 64, whole arrays (48 KB) did not run on NVIDIA's driver, whose local memory is
  * 48 KB. The group has 256 items and at least one a tile of Mq (C <= 64). */
 __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __global const float *restrict kr,
@@ -857,7 +1029,10 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
                         Mc[(size_t)i * C + j] = j <= i ? acc[r * LT + s2] : 0.0f;
                 }
     }
-    if (!residual)
+    if (residual) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* L complete; the slab's last readers done (it is scr) */
+        lt_unit_inverse(Ll, C, c, Hb); /* Ll <- T = (I + L)^{-1} */
+    } else
         for (int e = lid; e < dk * dk; e += wg) {
             const int i = e / dk, j = e - i * dk;
             mp[(size_t)i * Wm + j] = i == j ? 1.0f : 0.0f;
@@ -874,8 +1049,21 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
             Hb[t * ks + g - g0] = g >= dk ? v[vla_bthd(b, ts + t, h, g - dk, T, H, dv)] : KR[(size_t)t * dk + g];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (residual) {
-            lt_solve(Hb, kw, ks, Ll, C, c); /* Wr = (I + L)^{-1} Kr, Y = (I + L)^{-1} V */
+        if (residual) { /* Wr = T Kr, Y = T V: the slab's product in registers, then over the slab */
+            float acc[LT * LT];
+            const int SI = (c + LT - 1) / LT, SJ = (kw + LT - 1) / LT, si = lid / SJ, sj = lid - si * SJ;
+            const int smine = lid < SI * SJ;
+            if (smine) {
+                lt_zero(acc);
+                lt_tile(acc, Ll, C, 1, Hb, ks, 1, si, sj, SI, SJ, c, kw, c);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (smine)
+                for (int r = 0; r < LT; r++)
+                    for (int s2 = 0; s2 < LT; s2++) {
+                        const int i = si + r * SI, j = sj + s2 * SJ;
+                        if (i < c && j < kw) Hb[i * ks + j] = acc[r * LT + s2];
+                    }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         for (int e = lid; e < c * kw; e += wg) {
