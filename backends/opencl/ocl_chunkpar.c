@@ -152,7 +152,7 @@ static vla_status local_plan(vla_backend *b, ocl_cp_call *c) {
  * (a tile of G an item); cp_aend_local where M and L^{-1} fit as packed triangles. */
 static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float), dk = (size_t)dk_, C = (size_t)Ca;
-    return rs * (dk * (dk + 1) / 2 + dk * (C + 1 > 16 ? C + 1 : 16) + C * (C + 1) / 2);
+    return rs * (dk * (dk + 1) / 2 + dk * (C + 1) + C * (C + 1) / 2);
 }
 /* cp_apart_local's piece: each chunk's A part in ppc pieces of at most Ca tokens, Ca = C where
  * its arrays fit, else the longest power of two down to 16 that fits (at dk = 64 in fp64: 32);
@@ -280,7 +280,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             const int Ca = c->Ca;
             m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->ppc), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(AL)),
                 i_(&ap, T), i_(&ap, dk), i_(&ap, Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
-            ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1 > 16 ? Ca + 1 : 16), NULL);
+            ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1), NULL);
             ocl_launch_arg(&ap, rs * (size_t)Ca * (Ca + 1) / 2, NULL);
             TRY(ocl_launch_run(&ap, chunks * (size_t)c->ppc, 256));
         } else {

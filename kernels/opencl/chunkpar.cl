@@ -642,139 +642,34 @@ __kernel void cp_gram_local(__global const int *restrict starts, int nch, __glob
 }
 
 /* Cholesky in place of a packed lower triangle (entry (i, j), j <= i, at i (i + 1) / 2 + j) in
- * local memory, right-looking by panels of LC_PW columns, two barriers a panel: every item
- * factors the panel's diagonal block in registers itself (LC_PW^2 / 2 entries: cheaper than a
- * barrier a column), then the rows below solve for their panel entries (L_i,p = A_i,p L_pp^{-T},
- * an item a row) and item 0 stores the block; after a barrier, items over the (row, column) pairs
- * of the trailing triangle subtract its rank-LC_PW update. Pivots are floored at a tiny positive
- * value (the matrices here are SPD by construction). The column-at-a-time form (three barriers a
- * column) spent 192 barriers on M at dk = 64. */
+ * local memory: cp_chol's GPU form (panels of 4 columns, the flat (row, column) item loops), with
+ * L[j][u] read from the lower triangle where cp_chol reads its upper copy. */
 #define PK(i, j) ((i) * ((i) + 1) / 2 + (j))
-#ifndef LC_PW /* a build option's (development: A/B of the panel width) */
-#define LC_PW 4
-#endif
-#define PD(i, j) ((i) * ((i) + 1) / 2 + (j)) /* the same packing, in the block's registers */
 void lchol_packed(__local real_t *A, int n) {
     const int lid = get_local_id(0), wg = get_local_size(0);
-    for (int k0 = 0; k0 < n; k0 += LC_PW) {
-        const int pw = min(LC_PW, n - k0), kend = k0 + pw;
-        real_t D[LC_PW * (LC_PW + 1) / 2];
-#pragma unroll
-        for (int i = 0; i < LC_PW; i++)
-#pragma unroll
-            for (int j = 0; j <= i; j++) D[PD(i, j)] = i < pw ? A[PK(k0 + i, k0 + j)] : (real_t)(i == j);
-#pragma unroll
-        for (int j = 0; j < LC_PW; j++) {
-            const real_t d = sqrt(fmax(D[PD(j, j)], (real_t)1e-300)), inv = 1 / d;
-            D[PD(j, j)] = d;
-#pragma unroll
-            for (int i = j + 1; i < LC_PW; i++) D[PD(i, j)] *= inv;
-#pragma unroll
-            for (int i = j + 1; i < LC_PW; i++)
-#pragma unroll
-                for (int l = j + 1; l <= i; l++) D[PD(i, l)] -= D[PD(i, j)] * D[PD(l, j)];
+    for (int k = 0; k < n; k++) {
+        const int k0 = k - k % 4, kend = min(k0 + 4, n);
+        const real_t d = sqrt(fmax(A[PK(k, k)], (real_t)1e-300)), inv = 1 / d;
+        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the pivot before item 0 writes it */
+        for (int j = k + 1 + lid; j < n; j += wg) A[PK(j, k)] *= inv;
+        if (lid == 0) A[PK(k, k)] = d;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int pw = kend - k - 1; /* the panel's later columns, every row below */
+        for (int e = lid; e < (n - k - 1) * pw; e += wg) {
+            const int i = k + 1 + e / pw, j = k + 1 + e % pw;
+            if (j <= i) A[PK(i, j)] -= A[PK(i, k)] * A[PK(j, k)];
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the block before it is written */
-        for (int i = kend + lid; i < n; i += wg) { /* row i's panel entries */
-            real_t x[LC_PW];
-#pragma unroll
-            for (int j = 0; j < LC_PW; j++) {
-                real_t y = j < pw ? A[PK(i, k0 + j)] : 0;
-#pragma unroll
-                for (int u = 0; u < j; u++) y -= x[u] * D[PD(j, u)];
-                x[j] = y / D[PD(j, j)];
+        if (k + 1 == kend && kend < n) { /* the trailing triangle's rank-4 update */
+            const int m = n - kend;
+            for (int e = lid; e < m * m; e += wg) {
+                const int i = kend + e / m, j = kend + e % m;
+                if (j > i) continue;
+                real_t x = 0;
+                for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
+                A[PK(i, j)] -= x;
             }
-#pragma unroll
-            for (int j = 0; j < LC_PW; j++)
-                if (j < pw) A[PK(i, k0 + j)] = x[j];
-        }
-        if (lid == 0)
-#pragma unroll
-            for (int i = 0; i < LC_PW; i++)
-#pragma unroll
-                for (int j = 0; j <= i; j++)
-                    if (i < pw) A[PK(k0 + i, k0 + j)] = D[PD(i, j)];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int m = n - kend; /* the trailing triangle, rows and columns >= kend */
-        for (int e = lid; e < m * m; e += wg) {
-            const int i = kend + e / m, j = kend + e % m;
-            if (j > i) continue;
-            real_t x = 0;
-            for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
-            A[PK(i, j)] -= x;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
-/* The packed lower triangle A (n x n, from lchol_packed) becomes L^{-1} in place, by blocks of 16
- * rows as lt_unit_inverse: each diagonal block inverted by forward substitution, an item a column
- * (16 steps in registers), then block row i's off-diagonal part Li_i,<i = -Li_ii (L_i,<i Li_<i,<i)
- * through scr [16][n]. Barriers: uniform control flow; ends with one. */
-void lp_inverse(__local real_t *A, int n, __local real_t *scr) {
-    const int lid = get_local_id(0), wg = get_local_size(0), nb = (n + 15) / 16;
-    const int blk = lid / 16, j = lid % 16, r0 = 16 * blk, bs = min(16, n - r0);
-    const int own = blk < nb && j < bs;
-    real_t x[16];
-    if (own)
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const int ii = r0 + min(i, bs - 1); /* rows past bs: discarded */
-            real_t acc = i == j ? 1 : 0;
-#pragma unroll
-            for (int r = 0; r < i; r++) acc -= A[PK(ii, r0 + min(r, bs - 1))] * x[r];
-            x[i] = i < j ? 0 : acc / A[PK(ii, ii)];
-        }
-    barrier(CLK_LOCAL_MEM_FENCE); /* the diagonal blocks read before they are overwritten */
-    if (own)
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-            if (i < bs && i >= j) A[PK(r0 + i, r0 + j)] = x[i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int ib = 1; ib < nb; ib++) {
-        const int q0 = 16 * ib, qs = min(16, n - q0);
-        for (int e = lid; e < qs * q0; e += wg) { /* scr = L_i,<i Li_<i,<i (lower: p >= jc) */
-            const int i = e / q0, jc = e - i * q0;
-            real_t acc = 0;
-            for (int p = jc; p < q0; p++) acc += A[PK(q0 + i, p)] * A[PK(p, jc)];
-            scr[i * n + jc] = acc;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = lid; e < qs * q0; e += wg) { /* Li_i,<i = -Li_ii scr */
-            const int i = e / q0, jc = e - i * q0;
-            real_t acc = 0;
-            for (int p = 0; p <= i; p++) acc += A[PK(q0 + i, q0 + p)] * scr[p * n + jc];
-            A[PK(q0 + i, jc)] = -acc;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
-/* acc = op(Li) B for the tile (ti, tj) of an m x n product (tiles as lt_tile's), Li packed lower
- * (lp_inverse's), op(Li) = Li (tr = 0) or Li^T (tr = 1), zeros read as such; B [m][n] real_t
- * (row stride ldb); depth m. */
-void lp_tile(real_t *acc, __local const real_t *Li, int tr, __local const real_t *B, int ldb, int ti, int tj, int NI,
-             int NJ, int m, int n) {
-    int ai[LT], bo[LT];
-#pragma unroll
-    for (int r = 0; r < LT; r++) {
-        ai[r] = min(ti + r * NI, m - 1);
-        bo[r] = min(tj + r * NJ, n - 1);
-    }
-#pragma unroll
-    for (int e = 0; e < LT * LT; e++) acc[e] = 0;
-    for (int p = 0; p < m; p++) {
-        real_t a[LT], b2[LT];
-#pragma unroll
-        for (int r = 0; r < LT; r++) {
-            const int i = ai[r];
-            a[r] = tr ? (p >= i ? Li[PK(p, i)] : 0) : (p <= i ? Li[PK(i, p)] : 0);
-            b2[r] = B[p * ldb + bo[r]];
-        }
-#pragma unroll
-        for (int r = 0; r < LT; r++)
-#pragma unroll
-            for (int s2 = 0; s2 < LT; s2++) acc[r * LT + s2] += a[r] * b2[s2];
     }
 }
 
@@ -811,16 +706,13 @@ __kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk,
 
 /* cp_apart on GPUs where its arrays fit local memory, over the A part's chunks of at most C
  * tokens (the host's: 64 at dk = 32, 32 at dk = 64; 38 KB in fp64): Ld real, M's lower triangle
- * packed (then its Cholesky L, then L^{-1}), Yd [dk][max(C + 1, 16)] real (lp_inverse's scratch,
- * U^T, Y, then Z^T; the odd stride spreads the Z solve's rows over banks), Gp real, G's lower
- * triangle packed (then its Cholesky): in float, as
+ * packed (then its Cholesky), Yd [dk][C + 1] real (Y, then Z^T; the odd stride spreads the Z
+ * solve's rows over banks), Gp real, G's lower triangle packed (then its Cholesky): in float, as
  * a full square would fit beside a square Ld at dk = 32, C = 64, the outputs' error at lambda0 =
  * 1e-3, T = 8192 grew from 3.6e-7 to 3.4e-6 on PoCL (a_t comes from a cancelling difference there). The
  * global form's serial row updates took 0.36 ms of a 1.1 ms VLA call at (1,4,32)
- * T = 2048 on an H100. Steps as cp_apart's, but Y = L^{-1} U^T and Z^T = L^{-T} Y are products
- * with L^{-1} (register tiles over the whole group): solved an item a token (c of 256 items busy,
- * dk dependent steps each, twice) they held the A part at 13.1 ms of a 42 ms VLA call at (8,16,64)
- * T = 8192 on an H100. Z = Lg^{-1} Z runs an item a row of Z^T, no barrier inside. */
+ * T = 2048 on an H100. Steps as cp_apart's; the solves run an item a column of Y (tokens) or a
+ * row of Z^T, which needs no barrier inside a solve. */
 __kernel void cp_apart_local(__global const int *restrict starts, int nch, int ppc, __global const float *restrict uu,
                              __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int C,
                              float s_u, float eps, __local real_t *Ld, __local real_t *Yd, __local real_t *Gp) {
@@ -841,23 +733,18 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     lchol_packed(Ld, dk);
-    lp_inverse(Ld, dk, Yd); /* Ld <- L^{-1}; Yd its scratch */
-    for (int e = lid; e < c * dk; e += wg) { /* U^T */
-        const int t = e / dk, r = e - t * dk;
-        Yd[r * ldy + t] = (real_t)U[e];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int YI = (dk + LT - 1) / LT, YJ = (c + LT - 1) / LT, yi = lid / max(YJ, 1), yj = lid - yi * YJ;
-    const int ymine = lid < YI * YJ; /* the host's dk, C: at most 256 tiles */
-    real_t ya[LT * LT];
-    if (ymine) lp_tile(ya, Ld, 0, Yd, ldy, yi, yj, YI, YJ, dk, c); /* Y = L^{-1} U^T */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (ymine)
-        for (int u = 0; u < LT; u++)
-            for (int s2 = 0; s2 < LT; s2++) {
-                const int i = yi + u * YI, j = yj + s2 * YJ;
-                if (i < dk && j < c) Yd[i * ldy + j] = ya[u * LT + s2];
+    for (int t = lid; t < c; t += wg) /* Y = L^{-1} U^T, column t */
+        for (int r = 0; r < dk; r++) {
+            __local const real_t *lr = Ld + PK(r, 0);
+            real_t s0 = 0, s1 = 0;
+            int p = 0;
+            for (; p + 2 <= r; p += 2) {
+                s0 += lr[p] * Yd[p * ldy + t];
+                s1 += lr[p + 1] * Yd[(p + 1) * ldy + t];
             }
+            if (p < r) s0 += lr[p] * Yd[p * ldy + t];
+            Yd[r * ldy + t] = ((real_t)U[(size_t)t * dk + r] - (s0 + s1)) / lr[r];
+        }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int NI = (c + LT - 1) / LT;
     for (int tile = lid; tile < NI * NI; tile += wg) { /* G = I + Y^T Y, lower */
@@ -889,14 +776,18 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
                 if (i < c && j <= i) Gp[PK(i, j)] = (i == j ? 1 : 0) + acc[u * LT + s2];
             }
     }
-    if (ymine) lp_tile(ya, Ld, 1, Yd, ldy, yi, yj, YI, YJ, dk, c); /* Z^T = L^{-T} Y */
     barrier(CLK_LOCAL_MEM_FENCE); /* Y is read above before it is overwritten below */
-    if (ymine)
-        for (int u = 0; u < LT; u++)
-            for (int s2 = 0; s2 < LT; s2++) {
-                const int i = yi + u * YI, j = yj + s2 * YJ;
-                if (i < dk && j < c) Yd[i * ldy + j] = ya[u * LT + s2];
+    for (int t = lid; t < c; t += wg) /* Z^T = L^{-T} Y in place, column t, rows from the last */
+        for (int r = dk - 1; r >= 0; r--) {
+            real_t s0 = 0, s1 = 0; /* L[p][r], p > r: column r of the packed rows */
+            int p = r + 1;
+            for (; p + 2 <= dk; p += 2) {
+                s0 += Ld[PK(p, r)] * Yd[p * ldy + t];
+                s1 += Ld[PK(p + 1, r)] * Yd[(p + 1) * ldy + t];
             }
+            if (p < dk) s0 += Ld[PK(p, r)] * Yd[p * ldy + t];
+            Yd[r * ldy + t] = (Yd[r * ldy + t] - (s0 + s1)) / Ld[PK(r, r)];
+        }
     barrier(CLK_LOCAL_MEM_FENCE);
     lchol_packed(Gp, c);
     for (int r = lid; r < dk; r += wg) { /* Z = Lg^{-1} Z on Z^T's row r, tokens in order */
