@@ -73,9 +73,9 @@ int ocl_cp_auto_chunked(const vla_attn_desc *d, const vla_attn_args *a) {
 }
 
 /* GPUs. Where the local-memory kernels apply (no g; dk, dv and the chunk at most 64), the
- * chunked form was at least as fast as the sequential one at every row timed with NVIDIA's driver
- * on an H100 (forward, benchmarks/results/2026-12-06-h100-opencl-speed/: VLA 1.6-40x faster,
- * linear 3-40x, DeltaNet 1.0-22x, a tie at (8,16,64)); without them (the global-memory kernels),
+ * chunked form was faster than the sequential one at every row timed with NVIDIA's driver on an
+ * H100 (forward, benchmarks/results/2026-12-06-h100-opencl-speed/: VLA 1.6-48x, linear
+ * 2.5-64x, DeltaNet 1.5-40x); without them (the global-memory kernels),
  * as before they existed: linear and VLA chunked only while
  * their heads would leave most of the device idle in the sequential form (B H at most half the
  * compute units), DeltaNet sequential. VLA chunked only where the whole call is chunk-parallel. */

@@ -341,7 +341,7 @@ static int sm_rb_pad(int n) {
 }
 
 /* The register-blocked softmax (softmax.cl, softmax_rb64/128): GPUs' default where the shape
- * fits (on an H100's OpenCL 1.4-1.8x softmax_fused's speed at the issue's shapes:
+ * fits (on an H100's OpenCL 1.9-2.3x softmax_fused's speed at the issue's shapes, with native_exp:
  * benchmarks/results/2026-12-06-h100-opencl-speed/); VLA_OPENCL_SOFTMAX_KERNEL=fused|rb forces
  * either. *done = 0 leaves the call to softmax_fused.
  * Query rows per group QB = 64, 32 or 16 (WG = 4 QB items): the largest whose local memory
