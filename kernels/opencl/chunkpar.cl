@@ -505,30 +505,17 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
 #define WALK_PASS maps, nch, Xs, ST, dk, dv, per_head, vb, p_identity, Pl, Xl, wl
 /* The host takes the one for its dk (<= 32, or 64) with the fewest rows an item that covers
  * ceil(dk / (WALK_WG / vb)). */
-__kernel void cp_walk_local2(WALK_ARGS) {
-    __local int wl[1];
-    walk_local(WALK_PASS, 2, 8);
-}
-__kernel void cp_walk_local4(WALK_ARGS) {
-    __local int wl[1];
-    walk_local(WALK_PASS, 4, 8);
-}
-__kernel void cp_walk_local8(WALK_ARGS) {
-    __local int wl[1];
-    walk_local(WALK_PASS, 8, 8);
-}
-__kernel void cp_walk_local64_4(WALK_ARGS) {
-    __local int wl[1];
-    walk_local(WALK_PASS, 4, 32);
-}
-__kernel void cp_walk_local64_8(WALK_ARGS) {
-    __local int wl[1];
-    walk_local(WALK_PASS, 8, 32);
-}
-__kernel void cp_walk_local64_16(WALK_ARGS) {
-    __local int wl[1];
-    walk_local(WALK_PASS, 16, 32);
-}
+#define WALK_KERNEL(name, NR, FP)                                                                       \
+    __kernel void name(WALK_ARGS) {                                                                     \
+        __local int wl[1]; /* walk_local's row stride */                                                \
+        walk_local(WALK_PASS, NR, FP);                                                                  \
+    }
+WALK_KERNEL(cp_walk_local2, 2, 8)
+WALK_KERNEL(cp_walk_local4, 4, 8)
+WALK_KERNEL(cp_walk_local8, 8, 8)
+WALK_KERNEL(cp_walk_local64_4, 4, 32)
+WALK_KERNEL(cp_walk_local64_8, 8, 32)
+WALK_KERNEL(cp_walk_local64_16, 16, 32)
 #endif
 
 /* Outputs of one chunk from its start state X_j: E = Y - Wr X_j (in place in Y), then
