@@ -161,14 +161,15 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         return VLA_OK;
 
     /* 1. Every kernel built, every work-group size known. */
-    const int chunked = d->algorithm == VLA_ALGO_CHUNKED && (linear || delta);
+    /* chunked: grad_chunk.cl's S part (VLA: between grad_vla's two A-part launches) */
+    const int chunked = d->algorithm == VLA_ALGO_CHUNKED;
     const ocl_kernel_id core = vla ? OCL_K_GRAD_VLA : OCL_K_GRAD_GDR;
     const ocl_kernel_id ids[] = {OCL_K_PREP, OCL_K_GRAD_PREP, OCL_K_GRAD_NORM_DEN, OCL_K_GRAD_NORM};
     TRY(build(b, ids, has_n ? 4 : 2));
     size_t wg_prep, wg_gprep, wg_core = 32, wg_den = 32, wg_norm = 32;
     TRY(ocl_wg(b, OCL_K_PREP, 128, &wg_prep));
     TRY(ocl_wg(b, OCL_K_GRAD_PREP, 64, &wg_gprep));
-    if (!chunked) {
+    if (!chunked || vla) {
         TRY(build(b, &core, 1));
         TRY(ocl_wg(b, core, imax(dk, dv), &wg_core));
     }
@@ -218,6 +219,10 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
         TRY(gws(b, OCL_GW_WZ, ocl_mul4(BH, C, dk, rs)));
         TRY(gws(b, OCL_GW_WSC, ocl_mul4(BH, C, 2, rs)));
         TRY(gws(b, OCL_GW_DA, ocl_mul4(BH, dk, dk, rs)));
+        if (chunked) {
+            TRY(gws(b, OCL_GW_AL, ocl_mul4(rows, dk, f, 1)));
+            TRY(gws(b, OCL_GW_DAL, ocl_mul4(rows, dk, f, 1)));
+        }
     }
 
     /* 3. Preparation, as the forward's (prep.cl). */
@@ -255,9 +260,11 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
     if (g->dA_0) outs |= GO_DA0;
     /* The normaliser's backward reads dq~ (and, for linear, dk~) as the recurrent kernel leaves them. */
     if (has_n) outs |= GO_DQ | (linear ? GO_DK : 0);
-    if (chunked) {
+    if (chunked && !vla) {
         TRY(ocl_gc_run(b, d, a, g, &gc, outs));
-    } else if (vla) {
+    } else if (vla) { /* amode 0: the whole backward; chunked: 1, grad_chunk's S part, 2 */
+        for (int amode = chunked ? 1 : 0; amode <= (chunked ? 2 : 0); amode++) {
+            if (amode == 2) TRY(ocl_gc_run(b, d, a, g, &gc, outs));
         ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_VLA);
         g_mem(&l, GW(UU)), g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->S_in)),
             g_int(&l, a->S_in != NULL), g_mem(&l, MEM(a->A_in)), g_int(&l, a->A_in != NULL),
@@ -265,12 +272,16 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
             g_mem(&l, MEM(g->dA_end)), g_int(&l, g->dA_end != NULL), g_mem(&l, MEM(g->dO)), g_mem(&l, OPT(GW(QN))),
             g_int(&l, den_mode), g_int(&l, d->refresh), g_int(&l, d->refresh > 0 ? (int)(a->t0 % d->refresh) : 0),
             g_flt(&l, (float)d->refresh_size), g_flt(&l, eps);
-        g_mem(&l, GW(CKS)), g_mem(&l, GW(CKA)), g_mem(&l, GW(WST)), g_mem(&l, GW(WA)), g_mem(&l, GW(WAL)),
-            g_mem(&l, GW(WZ)), g_mem(&l, GW(WSC)), g_mem(&l, GW(WE)), g_mem(&l, GW(DST)), g_mem(&l, GW(DA));
+        /* chunked: CKS, WST, WE and DST are grad_chunk's or unused (amode 1, 2 leave S alone) */
+        g_mem(&l, chunked ? ctx->dummy : GW(CKS)), g_mem(&l, GW(CKA)), g_mem(&l, OPT(GW(WST))), g_mem(&l, GW(WA)),
+            g_mem(&l, GW(WAL)), g_mem(&l, GW(WZ)), g_mem(&l, GW(WSC)), g_mem(&l, OPT(GW(WE))), g_mem(&l, OPT(GW(DST))),
+            g_mem(&l, GW(DA));
         g_mem(&l, GW(DQF)), g_mem(&l, GW(DKH)), g_mem(&l, GW(DUU)), g_mem(&l, MEM(g->dv)), g_mem(&l, OPT(GW(R))),
             g_mem(&l, MEM(g->dS_0)), g_mem(&l, MEM(g->dA_0)), g_int(&l, outs), g_int(&l, T), g_int(&l, H),
-            g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch);
+            g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch), g_int(&l, amode), g_mem(&l, OPT(GW(AL))),
+            g_mem(&l, OPT(GW(DAL)));
         TRY(ocl_launch_run(&l, BH, wg_core));
+        }
     } else {
         ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_GDR);
         g_mem(&l, delta ? GW(KH) : ctx->dummy), g_mem(&l, linear ? GW(KF) : a->beta ? GW(W) : GW(KH)),

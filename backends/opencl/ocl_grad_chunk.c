@@ -32,8 +32,14 @@ static size_t gc_ws_reals(size_t C, size_t dk, size_t dv) {
  * 30.7, DeltaNet 31.8 vs 26.0; T = 8192: 70.7 vs 126.6, 130.5 vs 106.8; (8,4,32) T = 2048: 19.4
  * vs 34.6, 33.2 vs 27.8; T = 8192: 82.1 vs 145.7, 135.4 vs 115.1. So GPUs take it for linear
  * attention from T = 2048 (shorter sequences are not timed) and keep the recurrent kernel for
- * DeltaNet. VLA's label does not matter (one form here). */
+ * DeltaNet. VLA's chunked form (grad_chunk's S part between grad_vla's two A-part launches) on
+ * PoCL, the same measure: (B,H,d) = (1,4,32) T = 1024: 18.2 vs 22.4, T = 4096: 74.7 vs 96.8;
+ * (1,4,64) T = 256: 20.7 vs 25.2; (2,4,64) T = 256: 41.5 vs 58.8; but (1,4,32) T = 256: 7.2 vs 5.6
+ * and T = 64 a tie. So devices that are not GPUs take it from T dk = 16384; GPUs keep the
+ * recurrent kernel (the chunked form is not timed on one yet). */
 int ocl_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
+    if (d->mechanism == VLA_MECH_VLA)
+        return !((const ocl_ctx *)b->context)->is_gpu && (long long)a->T * a->dk >= 16384;
     if (d->mechanism != VLA_MECH_LINEAR && d->mechanism != VLA_MECH_DELTA) return 1;
     if (!((const ocl_ctx *)b->context)->is_gpu) return 1;
     return d->mechanism == VLA_MECH_LINEAR && a->T >= 2048;
@@ -70,20 +76,23 @@ static void g_flt(ocl_launch *l, float v) { ocl_launch_arg(l, sizeof v, &v); }
 vla_status ocl_gc_run(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g,
                       const ocl_gc_call *c, int outs) {
     ocl_ctx *ctx = b->context;
-    const int linear = d->mechanism == VLA_MECH_LINEAR;
+    const int linear = d->mechanism == VLA_MECH_LINEAR, vla = d->mechanism == VLA_MECH_VLA;
+    const int den_mode = linear ? 1 : vla && d->normalize_output ? 2 : 0; /* grad_chunk.cl's gc_inv_den */
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     const cl_long stride = (cl_long)c->ws_reals;
+    if (vla) outs |= 256; /* GC_DW: da_t to DAL, for grad_vla's A part */
     ocl_launch l = ocl_launch_start(b, c->id);
-    g_mem(&l, linear ? ctx->dummy : GW(KH)), g_mem(&l, linear ? GW(KF) : a->beta ? GW(W) : GW(KH)),
+    g_mem(&l, linear ? ctx->dummy : GW(KH)), g_mem(&l, linear ? GW(KF) : vla ? GW(AL) : a->beta ? GW(W) : GW(KH)),
         g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->g)), g_mem(&l, MEM(a->beta)),
         g_int(&l, a->g != NULL), g_int(&l, a->beta != NULL), g_int(&l, !linear), g_mem(&l, MEM(a->S_in)),
         g_int(&l, a->S_in != NULL), g_mem(&l, MEM(g->dS_end)), g_int(&l, g->dS_end != NULL), g_mem(&l, MEM(g->dO)),
-        g_mem(&l, linear ? GW(QN) : ctx->dummy), g_int(&l, linear), g_flt(&l, (float)d->eps), g_mem(&l, GW(CKS));
+        g_mem(&l, den_mode ? GW(QN) : ctx->dummy), g_int(&l, den_mode), g_flt(&l, (float)d->eps), g_mem(&l, GW(CKS));
     if (c->local) ocl_launch_arg(&l, c->ws_reals * rs, NULL); /* the group's workspace */
     else g_mem(&l, GW(GCW));
     ocl_launch_arg(&l, sizeof stride, &stride);
     g_mem(&l, GW(DQF)), g_mem(&l, linear ? GW(DKF) : GW(DKH)), g_mem(&l, MEM(g->dv)), g_mem(&l, MEM(g->dbeta)),
-        g_mem(&l, MEM(g->dg)), g_mem(&l, linear ? GW(R) : ctx->dummy), g_mem(&l, MEM(g->dS_0)), g_int(&l, outs),
-        g_int(&l, a->T), g_int(&l, a->H), g_int(&l, a->dk), g_int(&l, a->dv), g_int(&l, c->C), g_int(&l, c->nch);
+        g_mem(&l, MEM(g->dg)), g_mem(&l, den_mode ? GW(R) : ctx->dummy), g_mem(&l, MEM(g->dS_0)), g_int(&l, outs),
+        g_int(&l, a->T), g_int(&l, a->H), g_int(&l, a->dk), g_int(&l, a->dv), g_int(&l, c->C), g_int(&l, c->nch),
+        g_mem(&l, vla ? GW(DAL) : ctx->dummy);
     return ocl_launch_run(&l, (size_t)a->B * a->H, c->wg);
 }

@@ -112,6 +112,7 @@ typedef enum ocl_gws {
     OCL_GW_DST, OCL_GW_DA,                                    /* the adjoint states */
     OCL_GW_SM_M, OCL_GW_SM_L, OCL_GW_SM_D,                    /* softmax row statistics */
     OCL_GW_GCW,                                               /* chunked backward's chunk workspace */
+    OCL_GW_AL, OCL_GW_DAL,                                    /* VLA chunked: a_t and its gradient */
     OCL_NGWS
 } ocl_gws;
 

@@ -45,6 +45,7 @@
 #define GC_DBETA 8
 #define GC_DG 16
 #define GC_DS0 32
+#define GC_DW 256 /* dW to its own output (VLA: da_t for grad_vla's A part); dkey then dKr alone */
 
 /* gc_mm's `tri`: which triangle of a c x c operand is zero, or of the output is wanted. The one
  * item form skips the rest (about a third of a chunk's multiply-adds); the many-item form
@@ -123,10 +124,12 @@ void gc_mm(int m, int n, int kk, real_t alpha, GCS const real_t *A, int ai, int 
     GC_SYNC();
 }
 
-/* The upstream gradient's scale 1 / den_t (grad_linear_delta.cl's gd_inv_den, linear only:
- * den = q~ . n_t + eps), 1 without the normaliser. */
-real_t gc_inv_den(__global const float *qn, size_t bt, int has_den, float eps) {
-    return has_den ? 1 / ((real_t)qn[bt] + (real_t)eps) : (real_t)1;
+/* The upstream gradient's scale 1 / den_t (grad_linear_delta.cl's gd_inv_den): den_mode 1
+ * (linear) den = q~ . n_t + eps, 2 (VLA's normalised output) max(q~ . n_t, eps), 0 none. */
+real_t gc_inv_den(__global const float *qn, size_t bt, int den_mode, float eps) {
+    if (!den_mode) return 1;
+    const real_t x = (real_t)qn[bt];
+    return den_mode == 1 ? 1 / (x + (real_t)eps) : 1 / fmax(x, (real_t)eps);
 }
 
 /* The per-head workspace, in reals, for chunks of at most C tokens (the host sizes it with the
@@ -400,7 +403,8 @@ void gc_load(const gc_ws *s, __global const float *kr, __global const float *w, 
 
 /* Linear attention (residual = 0, W = k~, no gate) and DeltaNet (residual = 1, Kr = k^, W = beta k^
  * or k^, optional g). One work-group per head (B*H groups). Inputs in the prepared [B*H, T, dk]
- * layout (kr, w, qf) and the user's (v, g, beta, dO); qn = q~ . n_t with has_den (linear).
+ * layout (kr, w, qf) and the user's (v, g, beta, dO); qn = q~ . n_t with has_den (the den_mode
+ * of gc_inv_den). VLA's S part runs here too (Kr = k^, W = a_t, outs with GC_DW).
  * Outputs: dqf and dkey (linear: dk~ of the write; delta: dk^ = dKr + beta dW) prepared, dv,
  * dbeta, dg in the user's layouts, r [B*H, T] = dO'_t . O_t (has_den), dS0 [B*H, dk, dv]. CKs:
  * [B*H, nch, dk, dv] real_t; wsall: the workspace (local: one; global: ws_stride reals a head). */
@@ -411,7 +415,7 @@ __kernel void grad_chunk(__global const float *kr, __global const float *w, __gl
                          __global const float *qn, int has_den, float eps, __global real_t *CKs, GCS real_t *wsall,
                          long ws_stride, __global float *dqf, __global float *dkey, __global float *dvo,
                          __global float *dbeta, __global float *dgo, __global float *r, __global float *dS0, int outs,
-                         int T, int H, int dk, int dv, int C, int nch) {
+                         int T, int H, int dk, int dv, int C, int nch, __global float *dwo) {
     __local real_t red[VLA_MAXWG];
     const int bh = get_group_id(0), b = bh / H, h = bh % H, lid = GC_LID, wg = GC_WG;
     const size_t sS = (size_t)dk * dv;
@@ -457,7 +461,10 @@ __kernel void grad_chunk(__global const float *kr, __global const float *w, __gl
             const int t = e / dk;
             const size_t x = ((size_t)bh * T + ts) * dk + e;
             if (outs & GC_DQ) dqf[x] = (float)s.dQ[e];
-            if (outs & GC_DK) {
+            if (outs & GC_DW) {
+                dwo[x] = (float)s.dW[e];
+                if (outs & GC_DK) dkey[x] = (float)s.dKr[e];
+            } else if (outs & GC_DK) {
                 const real_t bet = has_beta ? (real_t)beta[((size_t)b * T + ts + t) * H + h] : (real_t)1;
                 dkey[x] = (float)(residual ? s.dKr[e] + bet * s.dW[e] : s.dW[e]);
             }

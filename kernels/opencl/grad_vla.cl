@@ -74,7 +74,13 @@ void vg_a_step(__global const real_t *Ap, __global real_t *Ac, __local const flo
  * is normalised (den_mode 2). Outputs: dqf, dkh, duu [B*H, T, dk] (prepared layout: grad_prep
  * takes them to dq, dk, du), dv, r [B*H, T] (den_mode), dS0, dA0 (symmetric). Scratch per head:
  * CKS [nch, dk, dv], CKA [nch, dk, dk], Wst [C, dk, dv], Wa [C, dk, dk], Wal [C, dk], Wz [C, dk],
- * Wsc [C, 2], We [C, dv], dSTs [dk, dv], Gs [dk, dk]. */
+ * Wsc [C, 2], We [C, dv], dSTs [dk, dv], Gs [dk, dk].
+ *
+ * amode: 0, the whole backward (the recurrent form); 1 and 2, the A part of the chunked form,
+ * around grad_chunk.cl's S part (w = a_t), two launches: 1 runs the A recurrence forward, leaving
+ * the checkpoints and a_t in alo [B*H, T, dk]; 2 walks it back with da_t from dal [B*H, T, dk]
+ * (grad_chunk's dW), adding A_t dy to dkh (grad_chunk's dk^ of the read) and writing duu, dA0.
+ * Neither touches S, dq, dv, r or dS0 (grad_chunk's). */
 __kernel void grad_vla(__global const float *uu, __global const float *kh, __global const float *qf,
                        __global const float *v, __global const float *S_in, int has_S_in, __global const float *A_in,
                        int has_A_in, float inv_lambda, __global const float *dS_end, int has_dS_end,
@@ -84,7 +90,8 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
                        __global float *Wals, __global real_t *Wzs, __global real_t *Wscs, __global float *Wes,
                        __global real_t *dSTs, __global real_t *Gs, __global float *dqf, __global float *dkh,
                        __global float *duu, __global float *dvo, __global float *r, __global float *dS0,
-                       __global float *dA0, int outs, int T, int H, int dk, int dv, int C, int nch) {
+                       __global float *dA0, int outs, int T, int H, int dk, int dv, int C, int nch, int amode,
+                       __global float *alo, __global const float *dal) {
     __local float lq[VLA_MAXD], lw[VLA_MAXD], lk[VLA_MAXD], lu[VLA_MAXD], le[VLA_MAXD];
     __local real_t ldo[VLA_MAXD], lde[VLA_MAXD], lz[VLA_MAXD], ly[VLA_MAXD], red[VLA_MAXWG];
     const int bh = get_group_id(0), b = bh / H, h = bh % H, lid = get_local_id(0), wg = get_local_size(0);
@@ -94,7 +101,7 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
     __global float *Wal = Wals + (size_t)bh * C * dk, *We = Wes + (size_t)bh * C * dv;
     __global real_t *Wz = Wzs + (size_t)bh * C * dk, *Wsc = Wscs + (size_t)bh * C * 2;
     __global real_t *dST = dSTs + (size_t)bh * ssz, *G = Gs + (size_t)bh * asz;
-    for (size_t e = lid; e < ssz; e += wg) {
+    for (size_t e = lid; e < (amode == 0 ? ssz : 0); e += wg) { /* amode 1, 2: S is grad_chunk's */
         CKS[e] = has_S_in ? S_in[(size_t)bh * ssz + e] : 0.0f;
         dST[e] = has_dS_end ? (real_t)dS_end[(size_t)bh * ssz + e] : 0;
     }
@@ -107,10 +114,12 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
     }
     barrier(CLK_GLOBAL_MEM_FENCE);
 
-    for (int pass = 0; pass < 2; pass++)
+    const int spart = amode == 0; /* the S part here (else grad_chunk's) */
+    for (int pass = amode == 2 ? 1 : 0; pass < (amode == 1 ? 1 : 2); pass++)
         for (int n = 0; n < nch; n++) {
             const int ci = pass == 0 ? n : nch - 1 - n, ts = ci * C, c = min(C, T - ts);
-            const int nrec = (pass == 0 || ci < nch - 1) ? c : 0;
+            /* amode 1 leaves a_t in alo, not Wal: amode 2 recomputes the last chunk too */
+            const int nrec = (pass == 0 || ci < nch - 1 || amode == 2) ? c : 0;
             /* Recompute the chunk's states (pass 0: every chunk, to leave the checkpoints; pass 1:
              * all but the last, which pass 0 left in the workspace). */
             for (int tl = 0; tl < nrec; tl++) {
@@ -123,13 +132,14 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
                 barrier(CLK_LOCAL_MEM_FENCE);
                 vg_a_step(tl == 0 ? CKA + (size_t)ci * asz : Wa + (size_t)(tl - 1) * asz, Wa + (size_t)tl * asz, lu, lk,
                           vla_is_refresh(R, rphase, t), (real_t)rho, (real_t)eps, dk, lz, ly, red, lw,
-                          Wz + (size_t)tl * dk, Wsc + (size_t)tl * 2, Wal + (size_t)tl * dk);
-                gd_fwd_token(tl == 0 ? CKS + (size_t)ci * ssz : Wst + (size_t)(tl - 1) * ssz, Wst + (size_t)tl * ssz,
+                          Wz + (size_t)tl * dk, Wsc + (size_t)tl * 2, amode == 1 ? alo + row : Wal + (size_t)tl * dk);
+                if (spart)
+                    gd_fwd_token(tl == 0 ? CKS + (size_t)ci * ssz : Wst + (size_t)(tl - 1) * ssz, Wst + (size_t)tl * ssz,
                              lk, lw, v, vla_bthd(b, t, h, 0, T, H, dv), 1.0f, 0, 1, We + (size_t)tl * dv, dk, dv);
                 barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
             }
             const int last = pass == 0 && ci + 1 < nch;
-            for (size_t e = lid; e < (last ? ssz : 0); e += wg)
+            for (size_t e = lid; e < (last && spart ? ssz : 0); e += wg)
                 CKS[(size_t)(ci + 1) * ssz + e] = Wst[(size_t)(c - 1) * ssz + e];
             for (size_t e = lid; e < (last ? asz : 0); e += wg)
                 CKA[(size_t)(ci + 1) * asz + e] = Wa[(size_t)(c - 1) * asz + e];
@@ -148,7 +158,7 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
                     lw[i] = Wal[(size_t)tl * dk + i];
                     lz[i] = Wz[(size_t)tl * dk + i];
                 }
-                for (int j = lid; j < dv; j += wg) {
+                for (int j = lid; j < (spart ? dv : 0); j += wg) {
                     ldo[j] = (real_t)dO[vla_bthd(b, t, h, j, T, H, dv)] * inv;
                     le[j] = We[(size_t)tl * dv + j];
                 }
@@ -159,23 +169,30 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
                 __global const real_t *Ap = tl == 0 ? CKA + (size_t)ci * asz : Wa + (size_t)(tl - 1) * asz;
                 __global const real_t *Ac = Wa + (size_t)tl * asz;
 
-                /* S part: columns, then rows (dq, da, dk^ through e). */
-                real_t pdg, pr;
-                gd_bwd_cols(STp, STc, dST, lq, lw, lk, ldo, lde, 0, den_mode != 0, dvo, (outs & GO_DV) != 0, b, t, h,
-                            T, H, dk, dv, &pdg, &pr);
+                /* S part: columns, then rows (dq, da, dk^ through e); with grad_chunk's (amode 2),
+                 * da and dk^ so far from its outputs. */
+                real_t pdg, pr = 0;
+                if (spart)
+                    gd_bwd_cols(STp, STc, dST, lq, lw, lk, ldo, lde, 0, den_mode != 0, dvo, (outs & GO_DV) != 0, b, t,
+                                h, T, H, dk, dv, &pdg, &pr);
                 barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
                 const real_t rr = vla_wg_sum_real(pr, red);
                 real_t da[VLA_PER], dkr[VLA_PER], gz[VLA_PER], du[VLA_PER];
                 real_t pad = 0;
                 for (int m = 0, i = lid; i < dk; m++, i += wg) {
-                    real_t dq;
-                    gd_bwd_row(STp, STc, dST, ldo, le, lde, 1, i, dv, &dq, &da[m], &dkr[m]);
-                    if (outs & GO_DQ) dqf[row + i] = (float)dq;
+                    if (spart) {
+                        real_t dq;
+                        gd_bwd_row(STp, STc, dST, ldo, le, lde, 1, i, dv, &dq, &da[m], &dkr[m]);
+                        if (outs & GO_DQ) dqf[row + i] = (float)dq;
+                    } else {
+                        da[m] = (real_t)dal[row + i];
+                        dkr[m] = (outs & GO_DK) ? (real_t)dkh[row + i] : 0;
+                    }
                     pad += (real_t)lw[i] * da[m];
                 }
                 const real_t ada = vla_wg_sum_real(pad, red); /* a . da */
                 barrier(CLK_GLOBAL_MEM_FENCE);                /* every row has read dST */
-                gd_bwd_carry(dST, lk, lde, 1.0f, 0, 1, dk, dv);
+                if (spart) gd_bwd_carry(dST, lk, lde, 1.0f, 0, 1, dk, dv);
 
                 /* A part. dy (into ly), then dk^ += A_t dy, G += sym(dy k^T), gz = G z. */
                 for (int m = 0, i = lid; i < dk; m++, i += wg)
@@ -215,13 +232,13 @@ __kernel void grad_vla(__global const float *uu, __global const float *kh, __glo
                     if (outs & GO_DU) duu[row + i] = (float)(du[m] + s);
                     if (outs & GO_DK) dkh[row + i] = (float)dkr[m];
                 }
-                if (lid == 0 && den_mode) r[(size_t)bh * T + t] = (float)rr;
+                if (lid == 0 && den_mode && spart) r[(size_t)bh * T + t] = (float)rr;
                 barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
             }
         }
-    if (outs & GO_DS0)
+    if ((outs & GO_DS0) && spart)
         for (size_t e = lid; e < ssz; e += wg) dS0[(size_t)bh * ssz + e] = (float)dST[e];
-    if (outs & GO_DA0)
+    if ((outs & GO_DA0) && amode != 1)
         for (size_t e = lid; e < asz; e += wg) {
             const int i = (int)(e / dk), j = (int)(e % dk);
             dA0[(size_t)bh * asz + e] = (float)((G[e] + G[(size_t)j * dk + i]) / 2);
