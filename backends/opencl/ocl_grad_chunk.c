@@ -33,13 +33,13 @@ static size_t gc_ws_reals(size_t C, size_t dk, size_t dv) {
  * vs 34.6, 33.2 vs 27.8; T = 8192: 82.1 vs 145.7, 135.4 vs 115.1. So GPUs take it for linear
  * attention from T = 2048 (shorter sequences are not timed) and keep the recurrent kernel for
  * DeltaNet. VLA's chunked form (grad_chunk's S part between grad_vla's two A-part launches) on
- * PoCL, the same measure: (B,H,d) = (1,4,32) T = 1024: 18.2 vs 22.4, T = 4096: 74.7 vs 96.8;
- * (1,4,64) T = 256: 20.7 vs 25.2; (2,4,64) T = 256: 41.5 vs 58.8; but (1,4,32) T = 256: 7.2 vs 5.6
- * and T = 64 a tie. So devices that are not GPUs take it from T dk = 16384; GPUs keep the
- * recurrent kernel (the chunked form is not timed on one yet). */
+ * PoCL, the same measure, 10 runs (benchmarks/results/2026-12-06-pocl-chunked-backward/):
+ * (B,H,d) = (1,4,32) T = 256: 4.95 vs 5.34, T = 1024: 18.5 vs 23.6, T = 4096: 72.6 vs 93.8;
+ * (1,4,64) T = 256: 20.5 vs 27.2; (2,4,64) T = 256: 38.9 vs 54.0 (a 5-run call: (1,4,32) T = 64 a
+ * tie). So devices that are not GPUs take it; GPUs keep the recurrent kernel (the chunked form
+ * is not timed on one yet). */
 int ocl_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
-    if (d->mechanism == VLA_MECH_VLA)
-        return !((const ocl_ctx *)b->context)->is_gpu && (long long)a->T * a->dk >= 16384;
+    if (d->mechanism == VLA_MECH_VLA) return !((const ocl_ctx *)b->context)->is_gpu;
     if (d->mechanism != VLA_MECH_LINEAR && d->mechanism != VLA_MECH_DELTA) return 1;
     if (!((const ocl_ctx *)b->context)->is_gpu) return 1;
     return d->mechanism == VLA_MECH_LINEAR && a->T >= 2048;
