@@ -265,22 +265,22 @@ static vla_status backward_recurrent(vla_backend *b, const vla_attn_desc *d, con
     } else if (vla) { /* amode 0: the whole backward; chunked: 1, grad_chunk's S part, 2 */
         for (int amode = chunked ? 1 : 0; amode <= (chunked ? 2 : 0); amode++) {
             if (amode == 2) TRY(ocl_gc_run(b, d, a, g, &gc, outs));
-        ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_VLA);
-        g_mem(&l, GW(UU)), g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->S_in)),
-            g_int(&l, a->S_in != NULL), g_mem(&l, MEM(a->A_in)), g_int(&l, a->A_in != NULL),
-            g_flt(&l, (float)(1.0 / d->lambda0)), g_mem(&l, MEM(g->dS_end)), g_int(&l, g->dS_end != NULL),
-            g_mem(&l, MEM(g->dA_end)), g_int(&l, g->dA_end != NULL), g_mem(&l, MEM(g->dO)), g_mem(&l, OPT(GW(QN))),
-            g_int(&l, den_mode), g_int(&l, d->refresh), g_int(&l, d->refresh > 0 ? (int)(a->t0 % d->refresh) : 0),
-            g_flt(&l, (float)d->refresh_size), g_flt(&l, eps);
-        /* chunked: CKS, WST, WE and DST are grad_chunk's or unused (amode 1, 2 leave S alone) */
-        g_mem(&l, chunked ? ctx->dummy : GW(CKS)), g_mem(&l, GW(CKA)), g_mem(&l, OPT(GW(WST))), g_mem(&l, GW(WA)),
-            g_mem(&l, GW(WAL)), g_mem(&l, GW(WZ)), g_mem(&l, GW(WSC)), g_mem(&l, OPT(GW(WE))), g_mem(&l, OPT(GW(DST))),
-            g_mem(&l, GW(DA));
-        g_mem(&l, GW(DQF)), g_mem(&l, GW(DKH)), g_mem(&l, GW(DUU)), g_mem(&l, MEM(g->dv)), g_mem(&l, OPT(GW(R))),
-            g_mem(&l, MEM(g->dS_0)), g_mem(&l, MEM(g->dA_0)), g_int(&l, outs), g_int(&l, T), g_int(&l, H),
-            g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch), g_int(&l, amode), g_mem(&l, OPT(GW(AL))),
-            g_mem(&l, OPT(GW(DAL)));
-        TRY(ocl_launch_run(&l, BH, wg_core));
+            ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_VLA);
+            g_mem(&l, GW(UU)), g_mem(&l, GW(KH)), g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->S_in)),
+                g_int(&l, a->S_in != NULL), g_mem(&l, MEM(a->A_in)), g_int(&l, a->A_in != NULL),
+                g_flt(&l, (float)(1.0 / d->lambda0)), g_mem(&l, MEM(g->dS_end)), g_int(&l, g->dS_end != NULL),
+                g_mem(&l, MEM(g->dA_end)), g_int(&l, g->dA_end != NULL), g_mem(&l, MEM(g->dO)), g_mem(&l, OPT(GW(QN))),
+                g_int(&l, den_mode), g_int(&l, d->refresh), g_int(&l, d->refresh > 0 ? (int)(a->t0 % d->refresh) : 0),
+                g_flt(&l, (float)d->refresh_size), g_flt(&l, eps);
+            /* chunked: CKS, WST, WE and DST are grad_chunk's or unused (amode 1, 2 leave S alone) */
+            g_mem(&l, chunked ? ctx->dummy : GW(CKS)), g_mem(&l, GW(CKA)), g_mem(&l, OPT(GW(WST))), g_mem(&l, GW(WA)),
+                g_mem(&l, GW(WAL)), g_mem(&l, GW(WZ)), g_mem(&l, GW(WSC)), g_mem(&l, OPT(GW(WE))), g_mem(&l, OPT(GW(DST))),
+                g_mem(&l, GW(DA));
+            g_mem(&l, GW(DQF)), g_mem(&l, GW(DKH)), g_mem(&l, GW(DUU)), g_mem(&l, MEM(g->dv)), g_mem(&l, OPT(GW(R))),
+                g_mem(&l, MEM(g->dS_0)), g_mem(&l, MEM(g->dA_0)), g_int(&l, outs), g_int(&l, T), g_int(&l, H),
+                g_int(&l, dk), g_int(&l, dv), g_int(&l, C), g_int(&l, nch), g_int(&l, amode), g_mem(&l, OPT(GW(AL))),
+                g_mem(&l, OPT(GW(DAL)));
+            TRY(ocl_launch_run(&l, BH, wg_core));
         }
     } else {
         ocl_launch l = ocl_launch_start(b, OCL_K_GRAD_GDR);

@@ -80,7 +80,7 @@ vla_status ocl_gc_run(vla_backend *b, const vla_attn_desc *d, const vla_attn_arg
     const int den_mode = linear ? 1 : vla && d->normalize_output ? 2 : 0; /* grad_chunk.cl's gc_inv_den */
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     const cl_long stride = (cl_long)c->ws_reals;
-    if (vla) outs |= 256; /* GC_DW: da_t to DAL, for grad_vla's A part */
+    if (vla) outs |= OCL_GC_DW; /* da_t to DAL, for grad_vla's A part */
     ocl_launch l = ocl_launch_start(b, c->id);
     g_mem(&l, linear ? ctx->dummy : GW(KH)), g_mem(&l, linear ? GW(KF) : vla ? GW(AL) : a->beta ? GW(W) : GW(KH)),
         g_mem(&l, GW(QF)), g_mem(&l, MEM(a->v)), g_mem(&l, MEM(a->g)), g_mem(&l, MEM(a->beta)),

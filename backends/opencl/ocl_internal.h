@@ -261,6 +261,9 @@ typedef struct ocl_gc_call {
     size_t wg, ws_reals; /* ws_reals: one head's workspace */
 } ocl_gc_call;
 vla_status ocl_gc_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_gc_call *c);
+/* grad_chunk.cl's GC_DW bit of `outs` (above ocl_grad.c's GO_* bits): dW to its own output, the
+ * da_t that VLA's A part (grad_vla.cl, amode 2) reads. ocl_gc_run sets it for VLA. */
+#define OCL_GC_DW 256
 vla_status ocl_gc_run(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, const vla_attn_grads *g,
                       const ocl_gc_call *c, int outs);
 /* The iface's backward_auto_chunked: for linear attention and DeltaNet, 1 on devices that are not

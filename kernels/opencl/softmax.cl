@@ -193,7 +193,7 @@ __kernel void softmax_rows(__global const float *q, __global const float *k, __g
  * dk > 132 in 48 KiB) run softmax_fused (ocl_ops.c). */
 
 /* RB_NATIVE_EXP (the host's, on NVIDIA's driver): native_exp, which took softmax_rb at (1,4,32)
- * T = 32768 from 43.4 to 27.5 ms on an H100 (exp is a longer, exactly rounded-ish sequence there),
+ * T = 32768 from 43.4 to 27.5 ms on an H100 (exp compiles to a longer, more exact sequence there),
  * at a largest vla-check error of 1.8e-7 (tolerance 1e-5). Elsewhere native_exp's precision is
  * the implementation's, so exp. */
 #ifdef RB_NATIVE_EXP
