@@ -630,32 +630,39 @@ __kernel void cp_gram_local(__global const int *restrict starts, int nch, __glob
 }
 
 /* Cholesky in place of a packed lower triangle (entry (i, j), j <= i, at i (i + 1) / 2 + j) in
- * local memory: cp_chol's GPU form (panels of 4 columns, the flat (row, column) item loops), with
- * L[j][u] read from the lower triangle where cp_chol reads its upper copy. */
+ * local memory, n <= 64 (n (n + 1) / 2 <= LCH_MAXE x 256 entries at 256 items), right-looking
+ * with one barrier a column: an item owns fixed entries; step k reads column k unscaled and
+ * subtracts a_ik a_jk / a_kk from its entries right of it, and scales column k - 1 by the pivot
+ * it read one step earlier (no item reads that column or (k - 1, k - 1) then). The panel form
+ * with three barriers a column took most of cp_apart_local's time at dk = 64 (192 barriers for
+ * M's Cholesky, every step a latency chain). Entries: (i (i + 1) / 2) << 19 | (j (j + 1) / 2) << 7 | j. */
 #define PK(i, j) ((i) * ((i) + 1) / 2 + (j))
+#define LCH_MAXE 9
 void lchol_packed(__local real_t *A, int n) {
-    const int lid = get_local_id(0), wg = get_local_size(0);
-    for (int k = 0; k < n; k++) {
-        const int k0 = k - k % 4, kend = min(k0 + 4, n);
-        const real_t d = sqrt(fmax(A[PK(k, k)], (real_t)1e-300)), inv = 1 / d;
-        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the pivot before item 0 writes it */
-        for (int j = k + 1 + lid; j < n; j += wg) A[PK(j, k)] *= inv;
-        if (lid == 0) A[PK(k, k)] = d;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int pw = kend - k - 1; /* the panel's later columns, every row below */
-        for (int e = lid; e < (n - k - 1) * pw; e += wg) {
-            const int i = k + 1 + e / pw, j = k + 1 + e % pw;
-            if (j <= i) A[PK(i, j)] -= A[PK(i, k)] * A[PK(j, k)];
-        }
-        if (k + 1 == kend && kend < n) { /* the trailing triangle's rank-4 update */
-            const int m = n - kend;
-            for (int e = lid; e < m * m; e += wg) {
-                const int i = kend + e / m, j = kend + e % m;
-                if (j > i) continue;
-                real_t x = 0;
-                for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
-                A[PK(i, j)] -= x;
-            }
+    const int lid = get_local_id(0), wg = get_local_size(0), ne = PK(n, 0);
+    int own[LCH_MAXE];
+#pragma unroll
+    for (int w = 0; w < LCH_MAXE; w++) {
+        const int e = lid + w * wg;
+        int i = (int)((sqrt(8.0f * (float)e + 1.0f) - 1.0f) * 0.5f);
+        if (PK(i + 1, 0) <= e) i++;
+        if (PK(i, 0) > e) i--;
+        const int j = e - PK(i, 0);
+        own[w] = e < ne ? PK(i, 0) << 19 | PK(j, 0) << 7 | j : -1;
+    }
+    real_t d = 1;
+    for (int k = 0; k <= n; k++) {
+        const real_t sq = sqrt(d), inv = 1 / sq; /* column k - 1's pivot */
+        d = k < n ? fmax(A[PK(k, k)], (real_t)1e-300) : 1;
+        const real_t invd = 1 / d;
+#pragma unroll
+        for (int w = 0; w < LCH_MAXE; w++) {
+            if (own[w] < 0) continue;
+            const int ri = own[w] >> 19, rj = (own[w] >> 7) & 4095, j = own[w] & 127;
+            if (j == k - 1)
+                A[ri + j] = ri == rj ? sq : A[ri + j] * inv;
+            else if (j > k)
+                A[ri + j] -= A[ri + k] * A[rj + k] * invd;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -802,6 +809,120 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
         }
         const real_t inv = sc / fmax(sqrt(ss), (real_t)eps);
         for (int r = 0; r < dk; r++) Al[(tok + t) * dk + r] = (float)(Yd[r * ldy + t] * inv);
+    }
+}
+
+/* VLA's A part a segment of spc chunks a group (GPUs with fp64; the host's apart_plan): A carried
+ * from piece to piece as CUDA's A part does, in place of cp_apart_local's Cholesky of M for every
+ * piece. At the segment's start A = M_j^{-1} (Cholesky, L^{-1} row by row, A = X^T X); then for
+ * each piece of c <= Cs tokens (U its rows u_t):
+ *   P = U A [c][dk]; G = I + P U^T (lower, packed); G = Lg Lg^T; Z = Lg^{-1} P in place (blocks of
+ *   16 rows); a_t = normalize(z_t / (s_u Lg_tt)); A -= Z^T Z for the next piece
+ * (Woodbury: (M + U^T U)^{-1} = A - (U A)^T G^{-1} (U A)). The piece costs one c-step Cholesky (c + 1
+ * barriers) and products over every item, where cp_apart_local's took dk + c Cholesky steps and
+ * two dk-deep substitutions on c items. Local: Ap A's lower triangle packed (M, then L, then A);
+ * Wk P [Cs][dk] then G packed [Cs (Cs + 1) / 2] (X = L^{-1} packed at the start); sc [Cs]. Needs
+ * 256 % dk == 0 and Cs dk <= 8 x 256 (P's register tile: rows lid / dk + r 256 / dk). */
+#define SEG_ROWS 8
+__kernel void cp_apart_seg(__global const int *restrict starts, int nch, int spc, __global const float *restrict uu,
+                           __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int Cs,
+                           float s_u, float eps, __local real_t *Ap, __local real_t *Wk, __local real_t *sc) {
+    const int nseg = (nch + spc - 1) / spc, grp = get_group_id(0), bh = grp / nseg, sg = grp % nseg;
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    const int ci0 = sg * spc, t0 = starts[ci0], t1 = starts[min(ci0 + spc, nch)];
+    __global const real_t *Mg = Gr + ((size_t)bh * (nch + 2) + ci0) * dk * dk;
+    for (int e = lid; e < dk * dk; e += wg) {
+        const int i = e / dk, j = e - i * dk;
+        if (j <= i) Ap[PK(i, j)] = Mg[e];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    lchol_packed(Ap, dk);
+    for (int r = 0; r < dk; r++) { /* X = L^{-1} into Wk, row r from the rows above */
+        const real_t inv = 1 / Ap[PK(r, r)];
+        for (int col = lid; col <= r; col += wg) {
+            real_t x = col == r ? 1 : 0;
+            for (int p = col; p < r; p++) x -= Ap[PK(r, p)] * Wk[PK(p, col)];
+            Wk[PK(r, col)] = x * inv;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int e = lid; e < dk * dk; e += wg) { /* A = X^T X over L */
+        const int i = e / dk, j = e - i * dk;
+        if (j > i) continue;
+        real_t x = 0;
+        for (int p = i; p < dk; p++) x += Wk[PK(p, i)] * Wk[PK(p, j)];
+        Ap[PK(i, j)] = x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local real_t *P = Wk, *Gp = Wk + Cs * dk;
+    const int rstep = wg / dk, jc = lid % dk, r0 = lid / dk;
+    for (int ts = t0; ts < t1; ts += Cs) {
+        const int c = min(Cs, t1 - ts);
+        const size_t tok = (size_t)bh * T + ts;
+        __global const float *U = uu + tok * dk;
+        { /* P = U A: column jc, rows r0 + r rstep; A's column jc is its row jc, then column jc, packed */
+            real_t acc[SEG_ROWS];
+#pragma unroll
+            for (int r = 0; r < SEG_ROWS; r++) acc[r] = 0;
+            for (int i = 0; i < dk; i++) {
+                const real_t a = i <= jc ? Ap[PK(jc, i)] : Ap[PK(i, jc)];
+#pragma unroll
+                for (int r = 0; r < SEG_ROWS; r++) {
+                    const int t = min(r0 + r * rstep, c - 1);
+                    acc[r] += (real_t)U[(size_t)t * dk + i] * a;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < SEG_ROWS; r++)
+                if (r0 + r * rstep < c) P[(r0 + r * rstep) * dk + jc] = acc[r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < c * c; e += wg) { /* G = I + P U^T, lower */
+            const int t = e / c, s = e - t * c;
+            if (s > t) continue;
+            real_t x = s == t ? 1 : 0;
+            for (int j = 0; j < dk; j++) x += P[t * dk + j] * (real_t)U[(size_t)s * dk + j];
+            Gp[PK(t, s)] = x;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        lchol_packed(Gp, c);
+        for (int b0 = 0; b0 < c; b0 += 16) { /* Z = Lg^{-1} P in place, blocks of 16 rows */
+            const int be = min(b0 + 16, c);
+            for (int j = lid; j < dk; j += wg) /* the diagonal block, an item a column */
+                for (int t = b0; t < be; t++) {
+                    real_t z = P[t * dk + j];
+                    for (int s = b0; s < t; s++) z -= Gp[PK(t, s)] * P[s * dk + j];
+                    P[t * dk + j] = z / Gp[PK(t, t)];
+                }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int e = lid; e < (c - be) * dk; e += wg) { /* the rows below it */
+                const int t = be + e / dk, j = e % dk;
+                real_t z = P[t * dk + j];
+                for (int s = b0; s < be; s++) z -= Gp[PK(t, s)] * P[s * dk + j];
+                P[t * dk + j] = z;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        for (int t = lid; t < c; t += wg) { /* a_t's scale; columns rotated by t across banks */
+            const real_t f = 1 / ((real_t)s_u * Gp[PK(t, t)]);
+            real_t ss = 0;
+            for (int jj = 0; jj < dk; jj++) {
+                const real_t x = P[t * dk + (jj + t) % dk] * f;
+                ss += x * x;
+            }
+            sc[t] = f / fmax(sqrt(ss), (real_t)eps);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < c * dk; e += wg) Al[tok * dk + e] = (float)(P[e] * sc[e / dk]);
+        if (ts + Cs < t1)
+            for (int e = lid; e < dk * dk; e += wg) { /* A -= Z^T Z */
+                const int i = e / dk, j = e - i * dk;
+                if (j > i) continue;
+                real_t x = 0;
+                for (int t = 0; t < c; t++) x += P[t * dk + i] * P[t * dk + j];
+                Ap[PK(i, j)] -= x;
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
 
