@@ -282,18 +282,18 @@ static const struct {
     [OCL_K_SOFTMAX_RB128] = {"softmax_rb128", OCL_FAM_SOFTMAX},
     [OCL_K_GRAD_CHUNK] = {"grad_chunk", OCL_FAM_GRAD_CHUNK},
     [OCL_K_GRAD_CHUNK_LOCAL] = {"grad_chunk", OCL_FAM_GRAD_CHUNK_LOCAL},
-    [OCL_K_CP_WALK_LOCAL64_16] = {"cp_walk_local64_16", OCL_FAM_CHUNKPAR},
-    [OCL_K_CP_SFAC_LOCAL] = {"cp_sfac_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL64_16] = {"cp_walk_local64_16", OCL_FAM_CHUNKPAR_CAPPED},
+    [OCL_K_CP_SFAC_LOCAL] = {"cp_sfac_local", OCL_FAM_CHUNKPAR_CAPPED},
     [OCL_K_CP_OUT_LOCAL] = {"cp_out_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_GRAM_LOCAL] = {"cp_gram_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_WALK_LOCAL8] = {"cp_walk_local8", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_WALK_LOCAL4] = {"cp_walk_local4", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_WALK_LOCAL2] = {"cp_walk_local2", OCL_FAM_CHUNKPAR},
-    [OCL_K_CP_WALK_LOCAL64_8] = {"cp_walk_local64_8", OCL_FAM_CHUNKPAR},
-    [OCL_K_CP_WALK_LOCAL64_4] = {"cp_walk_local64_4", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_WALK_LOCAL64_8] = {"cp_walk_local64_8", OCL_FAM_CHUNKPAR_CAPPED},
+    [OCL_K_CP_WALK_LOCAL64_4] = {"cp_walk_local64_4", OCL_FAM_CHUNKPAR_CAPPED},
     [OCL_K_CP_APART_LOCAL] = {"cp_apart_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_AEND_LOCAL] = {"cp_aend_local", OCL_FAM_CHUNKPAR},
-    [OCL_K_CP_APART_SEG] = {"cp_apart_seg", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_APART_SEG] = {"cp_apart_seg", OCL_FAM_CHUNKPAR_CAPPED},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -308,6 +308,7 @@ static const char *const family_file[OCL_NFAM] = {
     [OCL_FAM_DELTA_PAPER] = "delta_paper.cl",
     [OCL_FAM_DELTA_PAPER_LOCAL] = "delta_paper.cl",
     [OCL_FAM_CHUNKPAR] = "chunkpar.cl",
+    [OCL_FAM_CHUNKPAR_CAPPED] = "chunkpar.cl",
     [OCL_FAM_GRAD_CHUNK] = "grad_chunk.cl",
     [OCL_FAM_GRAD_CHUNK_LOCAL] = "grad_chunk.cl",
 };
@@ -347,16 +348,18 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
     /* VLA_OPENCL_BUILD_OPTIONS: more options for every program (development: e.g. NVIDIA's
      * -cl-nv-verbose, whose register and spill counts VLA_OPENCL_BUILD_LOG=1 then prints). */
     const char *extra = getenv("VLA_OPENCL_BUILD_OPTIONS");
-    char opts[512];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
+    char opts[512], cap[48] = "";
+    if (f == OCL_FAM_CHUNKPAR_CAPPED) snprintf(cap, sizeof cap, " -cl-nv-maxrregcount=%d", ctx->reg_cap);
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
              f == OCL_FAM_SOFTMAX && ctx->native_exp ? " -DRB_NATIVE_EXP=1" : "",
              /* chunkpar.cl and grad_chunk.cl on CPU devices: one item a group (ocl_chunkpar.c's
               * cp_tune, ocl_grad_chunk.c); prep.cl: one item a row */
-             (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_GRAD_CHUNK || f == OCL_FAM_GRAD_CHUNK_LOCAL || f == OCL_FAM_PREP) &&
+             (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_CHUNKPAR_CAPPED || f == OCL_FAM_GRAD_CHUNK ||
+              f == OCL_FAM_GRAD_CHUNK_LOCAL || f == OCL_FAM_PREP) &&
                      !ctx->cp_gpu
                  ? " -DCP_ONE_ITEM=1"
                  : "",
-             extra && extra[0] ? " " : "", extra ? extra : "");
+             cap, extra && extra[0] ? " " : "", extra ? extra : "");
     err = clBuildProgram(prog, 1, &ctx->device, opts, NULL, NULL);
     if (err == CL_SUCCESS && getenv("VLA_OPENCL_BUILD_LOG")) {
         size_t len = 0;
@@ -385,10 +388,12 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
 vla_status ocl_kernel(vla_backend *b, ocl_kernel_id id, cl_kernel *out) {
     ocl_ctx *ctx = b->context;
     if (!ctx->kernels[id]) {
-        vla_status s = build_family(b, kernel_table[id].family);
+        ocl_family f = kernel_table[id].family;
+        if (f == OCL_FAM_CHUNKPAR_CAPPED && !ctx->reg_cap) f = OCL_FAM_CHUNKPAR; /* one build of the file */
+        vla_status s = build_family(b, f);
         if (s != VLA_OK) return s;
         cl_int err = CL_SUCCESS;
-        cl_kernel k = clCreateKernel(ctx->programs[kernel_table[id].family], kernel_table[id].name, &err);
+        cl_kernel k = clCreateKernel(ctx->programs[f], kernel_table[id].name, &err);
         if (err != CL_SUCCESS) return ocl_fail(b, err, "clCreateKernel", kernel_table[id].name);
         size_t wg = 0;
         cl_ulong lmem = 0;
@@ -543,6 +548,13 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
     const char *nex = getenv("VLA_OPENCL_NATIVE_EXP");
     ctx->native_exp = nex && nex[0] ? strcmp(nex, "0") != 0 : ctx->is_gpu && strstr(vendor, "NVIDIA") != NULL;
+    /* 128 registers an item for the chunk-parallel kernels that hold big register tiles (the S
+     * factors, the dk = 64 walk, the A part by segments): on an H100 one 256-item group a
+     * multiprocessor became two, cp_sfac_local 9.7 -> 6.3 ms and the walk 5.3 -> 4.0 at
+     * (8,16,64) T = 8192. An option of NVIDIA's compiler only; VLA_OPENCL_REG_CAP=N sets it (0: none). */
+    const char *rc = getenv("VLA_OPENCL_REG_CAP");
+    ctx->reg_cap = rc && rc[0] ? atoi(rc) : ctx->is_gpu && strstr(vendor, "NVIDIA") != NULL ? 128 : 0;
+    if (ctx->reg_cap < 0) ctx->reg_cap = 0;
 #ifdef VLA_HAVE_CLBLAST
     const char *noblas = getenv("VLA_OPENCL_NO_CLBLAST");
     ctx->clblast = !(noblas && noblas[0] && strcmp(noblas, "0") != 0);

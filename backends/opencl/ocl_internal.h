@@ -26,6 +26,7 @@ typedef enum ocl_family {
     OCL_FAM_DELTA_PAPER,       /* delta_paper.cl: the paper's DeltaNet, forward and backward */
     OCL_FAM_DELTA_PAPER_LOCAL, /* delta_paper.cl with DP_DST_LOCAL: the backward's adjoint in local memory */
     OCL_FAM_CHUNKPAR,          /* chunkpar.cl: the chunk-parallel form (ocl_chunkpar.c) */
+    OCL_FAM_CHUNKPAR_CAPPED,   /* chunkpar.cl under a register cap (ctx->reg_cap; without one: OCL_FAM_CHUNKPAR) */
     OCL_FAM_GRAD_CHUNK,        /* grad_chunk.cl: the chunked backward, workspace in global memory */
     OCL_FAM_GRAD_CHUNK_LOCAL,  /* grad_chunk.cl with GC_LOCAL: the workspace in local memory */
     OCL_NFAM
@@ -131,6 +132,7 @@ typedef struct ocl_ctx {
     int is_gpu;
     int cp_gpu;             /* chunkpar.cl in its GPU form (many items a group): GPUs, or VLA_OPENCL_CHUNKPAR_GPU=1 */
     int native_exp;         /* softmax_rb's exponentials by native_exp: NVIDIA's GPUs, or VLA_OPENCL_NATIVE_EXP=1 */
+    int reg_cap;            /* registers an item for OCL_FAM_CHUNKPAR_CAPPED (NVIDIA's -cl-nv-maxrregcount; 0: none) */
     cl_program programs[OCL_NFAM]; /* built lazily, once per handle */
     cl_kernel kernels[OCL_NK];     /* created lazily from their family's program */
     size_t kernel_max_wg[OCL_NK];  /* CL_KERNEL_WORK_GROUP_SIZE */

@@ -630,39 +630,32 @@ __kernel void cp_gram_local(__global const int *restrict starts, int nch, __glob
 }
 
 /* Cholesky in place of a packed lower triangle (entry (i, j), j <= i, at i (i + 1) / 2 + j) in
- * local memory, n <= 64 (n (n + 1) / 2 <= LCH_MAXE x 256 entries at 256 items), right-looking
- * with one barrier a column: an item owns fixed entries; step k reads column k unscaled and
- * subtracts a_ik a_jk / a_kk from its entries right of it, and scales column k - 1 by the pivot
- * it read one step earlier (no item reads that column or (k - 1, k - 1) then). The panel form
- * with three barriers a column took most of cp_apart_local's time at dk = 64 (192 barriers for
- * M's Cholesky, every step a latency chain). Entries: (i (i + 1) / 2) << 19 | (j (j + 1) / 2) << 7 | j. */
+ * local memory: cp_chol's GPU form (panels of 4 columns, the flat (row, column) item loops), with
+ * L[j][u] read from the lower triangle where cp_chol reads its upper copy. */
 #define PK(i, j) ((i) * ((i) + 1) / 2 + (j))
-#define LCH_MAXE 9
 void lchol_packed(__local real_t *A, int n) {
-    const int lid = get_local_id(0), wg = get_local_size(0), ne = PK(n, 0);
-    int own[LCH_MAXE];
-#pragma unroll
-    for (int w = 0; w < LCH_MAXE; w++) {
-        const int e = lid + w * wg;
-        int i = (int)((sqrt(8.0f * (float)e + 1.0f) - 1.0f) * 0.5f);
-        if (PK(i + 1, 0) <= e) i++;
-        if (PK(i, 0) > e) i--;
-        const int j = e - PK(i, 0);
-        own[w] = e < ne ? PK(i, 0) << 19 | PK(j, 0) << 7 | j : -1;
-    }
-    real_t d = 1;
-    for (int k = 0; k <= n; k++) {
-        const real_t sq = sqrt(d), inv = 1 / sq; /* column k - 1's pivot */
-        d = k < n ? fmax(A[PK(k, k)], (real_t)1e-300) : 1;
-        const real_t invd = 1 / d;
-#pragma unroll
-        for (int w = 0; w < LCH_MAXE; w++) {
-            if (own[w] < 0) continue;
-            const int ri = own[w] >> 19, rj = (own[w] >> 7) & 4095, j = own[w] & 127;
-            if (j == k - 1)
-                A[ri + j] = ri == rj ? sq : A[ri + j] * inv;
-            else if (j > k)
-                A[ri + j] -= A[ri + k] * A[rj + k] * invd;
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    for (int k = 0; k < n; k++) {
+        const int k0 = k - k % 4, kend = min(k0 + 4, n);
+        const real_t d = sqrt(fmax(A[PK(k, k)], (real_t)1e-300)), inv = 1 / d;
+        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read the pivot before item 0 writes it */
+        for (int j = k + 1 + lid; j < n; j += wg) A[PK(j, k)] *= inv;
+        if (lid == 0) A[PK(k, k)] = d;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int pw = kend - k - 1; /* the panel's later columns, every row below */
+        for (int e = lid; e < (n - k - 1) * pw; e += wg) {
+            const int i = k + 1 + e / pw, j = k + 1 + e % pw;
+            if (j <= i) A[PK(i, j)] -= A[PK(i, k)] * A[PK(j, k)];
+        }
+        if (k + 1 == kend && kend < n) { /* the trailing triangle's rank-4 update */
+            const int m = n - kend;
+            for (int e = lid; e < m * m; e += wg) {
+                const int i = kend + e / m, j = kend + e % m;
+                if (j > i) continue;
+                real_t x = 0;
+                for (int u = k0; u < kend; u++) x += A[PK(i, u)] * A[PK(j, u)];
+                A[PK(i, j)] -= x;
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
