@@ -293,7 +293,6 @@ static const struct {
     [OCL_K_CP_WALK_LOCAL64_4] = {"cp_walk_local64_4", OCL_FAM_CHUNKPAR_CAPPED},
     [OCL_K_CP_APART_LOCAL] = {"cp_apart_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_AEND_LOCAL] = {"cp_aend_local", OCL_FAM_CHUNKPAR},
-    [OCL_K_CP_APART_SEG] = {"cp_apart_seg", OCL_FAM_CHUNKPAR_CAPPED},
 };
 
 static const char *const family_file[OCL_NFAM] = {
@@ -549,7 +548,7 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     const char *nex = getenv("VLA_OPENCL_NATIVE_EXP");
     ctx->native_exp = nex && nex[0] ? strcmp(nex, "0") != 0 : ctx->is_gpu && strstr(vendor, "NVIDIA") != NULL;
     /* 128 registers an item for the chunk-parallel kernels that hold big register tiles (the S
-     * factors, the dk = 64 walk, the A part by segments): on an H100 one 256-item group a
+     * factors, the dk = 64 walk): on an H100 one 256-item group a
      * multiprocessor became two, cp_sfac_local 9.7 -> 6.3 ms and the walk 5.3 -> 4.0 at
      * (8,16,64) T = 8192. An option of NVIDIA's compiler only; VLA_OPENCL_REG_CAP=N sets it (0: none). */
     const char *rc = getenv("VLA_OPENCL_REG_CAP");

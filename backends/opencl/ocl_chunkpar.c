@@ -159,32 +159,9 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * VLA_OPENCL_CP_ACHUNK=N asks for at most N (the tests' way to run the pieces). A piece's group
  * adds its chunk's earlier tokens' U^T U to M_j itself, so the Gram sums and their prefix stay
  * per chunk (per piece they doubled the prefix's traffic at dk = 64). */
-static size_t apart_seg_bytes(int dk_, int Cs) {
-    const size_t dk = (size_t)dk_, C = (size_t)Cs, tri = dk * (dk + 1) / 2, wk = C * dk + C * (C + 1) / 2;
-    return sizeof(double) * (tri + (wk > tri ? wk : tri) + C);
-}
-/* cp_apart_seg's segments: spc chunks a group, as many as keep 8 groups a compute unit (at most 16
- * chunks; one segment's start costs about three pieces); VLA_OPENCL_CP_ASEG=N asks for N (0: the
- * per-piece kernel). Taken where it fits local memory, with fp64, 256 % dk == 0, pieces Ca. */
-static void apart_seg_plan(vla_backend *b, ocl_cp_call *c) {
-    ocl_ctx *ctx = b->context;
-    const char *force = getenv("VLA_OPENCL_CP_ASEG");
-    long long spc = (long long)c->BH * c->nch / (8LL * (ctx->compute_units ? ctx->compute_units : 1));
-    if (force && force[0]) spc = atoi(force);
-    spc = spc < 1 ? (force && force[0] ? 0 : 1) : spc > 16 && !(force && force[0]) ? 16 : spc;
-    if (spc > c->nch) spc = c->nch;
-    c->spc = 0;
-    if (spc < 1 || !ctx->fp64 || 256 % c->dk || (size_t)c->Ca * c->dk > 8 * 256 ||
-        apart_seg_bytes(c->dk, c->Ca) + LOCAL_SPARE > ctx->local_mem)
-        return;
-    cl_kernel k;
-    size_t wg = 0;
-    if (ocl_kernel(b, OCL_K_CP_APART_SEG, &k) == VLA_OK && ocl_wg(b, OCL_K_CP_APART_SEG, 256, &wg) == VLA_OK && wg == 256)
-        c->spc = (int)spc;
-}
 static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
-    c->gram_wg = c->apart_local = c->aend_local = c->spc = 0;
+    c->gram_wg = c->apart_local = c->aend_local = 0;
     c->Ca = c->C, c->ppc = 1;
     if (!ctx->cp_gpu || c->dk > 64 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
     cl_kernel k;
@@ -199,7 +176,6 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, 256, &wg);
         if (s == VLA_OK && wg == 256) c->apart_local = 1, c->Ca = Ca, c->ppc = (c->C + Ca - 1) / Ca;
     }
-    if (s == VLA_OK && c->apart_local) apart_seg_plan(b, c);
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {
         s = ocl_kernel(b, OCL_K_CP_AEND_LOCAL, &k);
@@ -298,15 +274,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         ocl_launch p = ocl_launch_start(b, OCL_K_CP_PREFIX);
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
-        if (c->spc) {
-            const size_t tri = sizeof(double) * (size_t)dk * (dk + 1) / 2, sz = apart_seg_bytes(dk, c->Ca);
-            ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_SEG);
-            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->spc), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(AL)),
-                i_(&ap, T), i_(&ap, dk), i_(&ap, c->Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
-            ocl_launch_arg(&ap, tri, NULL), ocl_launch_arg(&ap, sz - tri - sizeof(double) * c->Ca, NULL);
-            ocl_launch_arg(&ap, sizeof(double) * c->Ca, NULL);
-            TRY(ocl_launch_run(&ap, BH * (size_t)((nch + c->spc - 1) / c->spc), 256));
-        } else if (c->apart_local) {
+        if (c->apart_local) {
             const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_LOCAL);
             const int Ca = c->Ca;

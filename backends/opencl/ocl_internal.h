@@ -88,7 +88,6 @@ typedef enum ocl_kernel_id {
     OCL_K_CP_WALK_LOCAL64_4,
     OCL_K_CP_APART_LOCAL, /* cp_apart and cp_aend in local memory (GPUs, where their arrays fit) */
     OCL_K_CP_AEND_LOCAL,
-    OCL_K_CP_APART_SEG, /* cp_apart_local's work a segment of chunks a group, A carried (GPUs, fp64) */
     OCL_NK
 } ocl_kernel_id;
 
@@ -239,8 +238,6 @@ typedef struct ocl_cp_call {
     int aend_local;  /* cp_aend_local (256 items) in place of cp_aend */
     int Ca, ppc;     /* cp_apart_local: each chunk in ppc pieces of at most Ca tokens (C and 1 unless
                         its arrays need them shorter to fit local memory) */
-    int spc;         /* cp_apart_seg (256 items) in place of cp_apart_local: chunks a segment (0: not
-                        taken), its pieces of at most Ca tokens */
     cl_mem kr, w, q, v, g, o, starts;
 } ocl_cp_call;
 vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c);
