@@ -36,8 +36,9 @@ static size_t gc_ws_reals(size_t C, size_t dk, size_t dv) {
  * PoCL, the same measure, 10 runs (benchmarks/results/2026-12-06-pocl-chunked-backward/):
  * (B,H,d) = (1,4,32) T = 256: 4.95 vs 5.34, T = 1024: 18.5 vs 23.6, T = 4096: 72.6 vs 93.8;
  * (1,4,64) T = 256: 20.5 vs 27.2; (2,4,64) T = 256: 38.9 vs 54.0 (a 5-run call: (1,4,32) T = 64 a
- * tie). So devices that are not GPUs take it; GPUs keep the recurrent kernel (the chunked form
- * is not timed on one yet). */
+ * tie). So devices that are not GPUs take it. On an H100 (a1dfb0c, fwd+bwd): 66.5 vs 65.9 ms at
+ * (1,4,32) T = 2048, 272.8 vs 269.8 at 8192, 181.3 vs 186.2 at (8,16,64) T = 2048: the A recurrence
+ * (a head a group) holds both, so GPUs keep the recurrent kernel. */
 int ocl_backward_auto_chunked(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a) {
     if (d->mechanism == VLA_MECH_VLA) return !((const ocl_ctx *)b->context)->is_gpu;
     if (d->mechanism != VLA_MECH_LINEAR && d->mechanism != VLA_MECH_DELTA) return 1;
