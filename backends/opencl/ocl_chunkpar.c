@@ -158,7 +158,9 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * its arrays fit, else the longest power of two down to 16 that fits (at dk = 64 in fp64: 32);
  * VLA_OPENCL_CP_ACHUNK=N asks for at most N (the tests' way to run the pieces). A piece's group
  * adds its chunk's earlier tokens' U^T U to M_j itself, so the Gram sums and their prefix stay
- * per chunk (per piece they doubled the prefix's traffic at dk = 64). */
+ * per chunk (per piece they doubled the prefix's traffic at dk = 64). Its group: 256 items;
+ * VLA_OPENCL_CP_APART_WG=64|128 asks for fewer (more groups a multiprocessor for its serial
+ * steps, which use at most dk items: a development switch, not yet timed on a GPU). */
 static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->gram_wg = c->apart_local = c->aend_local = 0;
@@ -173,8 +175,11 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     while (Ca > 16 && apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
     if (apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE <= ctx->local_mem) {
         s = ocl_kernel(b, OCL_K_CP_APART_LOCAL, &k);
-        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, 256, &wg);
-        if (s == VLA_OK && wg == 256) c->apart_local = 1, c->Ca = Ca, c->ppc = (c->C + Ca - 1) / Ca;
+        const char *awg = getenv("VLA_OPENCL_CP_APART_WG");
+        const int want = awg && (atoi(awg) == 64 || atoi(awg) == 128) ? atoi(awg) : 256;
+        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, want, &wg);
+        if (s == VLA_OK && wg == (size_t)want)
+            c->apart_local = want, c->Ca = Ca, c->ppc = (c->C + Ca - 1) / Ca;
     }
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {
@@ -282,7 +287,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
                 i_(&ap, T), i_(&ap, dk), i_(&ap, Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
             ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1), NULL);
             ocl_launch_arg(&ap, rs * (size_t)Ca * (Ca + 1) / 2, NULL);
-            TRY(ocl_launch_run(&ap, chunks * (size_t)c->ppc, 256));
+            TRY(ocl_launch_run(&ap, chunks * (size_t)c->ppc, (size_t)c->apart_local));
         } else {
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART);
             m_(&ap, c->starts), i_(&ap, nch), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(CPZ)), m_(&ap, WS(CPG)),
