@@ -548,9 +548,9 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     const char *nex = getenv("VLA_OPENCL_NATIVE_EXP");
     ctx->native_exp = nex && nex[0] ? strcmp(nex, "0") != 0 : ctx->is_gpu && strstr(vendor, "NVIDIA") != NULL;
     /* 128 registers an item for the chunk-parallel kernels that hold big register tiles (the S
-     * factors, the dk = 64 walk): on an H100 one 256-item group a
-     * multiprocessor became two, cp_sfac_local 9.7 -> 6.3 ms and the walk 5.3 -> 4.0 at
-     * (8,16,64) T = 8192. An option of NVIDIA's compiler only; VLA_OPENCL_REG_CAP=N sets it (0: none). */
+     * factors, the dk = 64 walk): on an H100 cp_sfac_local went from 148 registers (one 256-item
+     * group a multiprocessor) to 128 (two), 9.7 -> 6.3 ms, and the walk 5.3 -> 4.0 at (8,16,64)
+     * T = 8192. An option of NVIDIA's compiler only; VLA_OPENCL_REG_CAP=N sets it (0: none). */
     const char *rc = getenv("VLA_OPENCL_REG_CAP");
     ctx->reg_cap = rc && rc[0] ? atoi(rc) : ctx->is_gpu && strstr(vendor, "NVIDIA") != NULL ? 128 : 0;
     if (ctx->reg_cap < 0) ctx->reg_cap = 0;
