@@ -88,6 +88,34 @@ int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsi
     return d->mechanism == VLA_MECH_LINEAR || d->mechanism == VLA_MECH_VLA;
 }
 
+/* The segmented walk (chunkpar.cl, walk_local): where a head's value blocks leave most compute
+ * units idle (few heads), each head's nch steps become three launches, compose (every segment of
+ * L chunks its own map, dk + dv columns), carry (nseg steps over those maps) and expand (every
+ * segment again from its start state): about 2L + nseg dependent steps, with nseg times the
+ * groups, at the cost of 3x the multiply-adds. Steps cost about the same at these group counts
+ * (one wave), so L near sqrt(nch / 2) and only where it saves a quarter of the steps, a launch
+ * counted as four steps. VLA_OPENCL_WALK_SEG=L sets L (0: off), for the tests and timings.
+ * Returns L, or 0 for one walk a head. */
+static int walk_segments(const ocl_cp_call *c, int vb, unsigned compute_units) {
+    const char *force = getenv("VLA_OPENCL_WALK_SEG");
+    if (force && force[0]) {
+        const int L = atoi(force);
+        return L > 0 && L < c->nch ? L : 0;
+    }
+    const long long groups = (long long)c->BH * ((c->dv + vb - 1) / vb);
+    if (2 * groups > (long long)compute_units || c->nch < 16) return 0;
+    int best = 0;
+    double best_cost = 0.75 * c->nch;
+    for (int L = 2; L < c->nch; L++) {
+        const int nseg = (c->nch + L - 1) / L;
+        const long long compose = (long long)c->BH * nseg * ((c->dk + c->dv + vb - 1) / vb);
+        if (compose > 8LL * compute_units) continue; /* more than a wave or so: steps slow down */
+        const double cost = 2.0 * L + nseg + 8.0;
+        if (cost < best_cost) best = L, best_cost = cost;
+    }
+    return best;
+}
+
 /* The walk's form: cp_walk_local on GPUs where dk is a power of two <= 64 (its flat loads of P
  * need dk to divide WALK_WG) and its local arrays fit, with vb value columns a group: the widest
  * of 32, 16, 8 that still gives every compute unit a group (few heads: narrower blocks, more
@@ -95,7 +123,7 @@ int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsi
  * do not fit; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
 static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
-    c->walk_vb = 0;
+    c->walk_vb = c->walk_seg = 0;
     if (!ctx->cp_gpu || c->dk > 64 || WALK_WG % c->dk != 0 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
     int vb = 32; /* a power of two: WALK_WG / vb items a column */
     while (vb > 8 && ((long long)c->BH * ((c->dv + vb - 1) / vb) < (long long)ctx->compute_units || vb / 2 >= c->dv))
@@ -114,7 +142,15 @@ static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
     if (s != VLA_OK) return s;
     size_t wg = 0;
     s = ocl_wg(b, id, WALK_WG, &wg);
-    if (s == VLA_OK && wg == WALK_WG) c->walk_vb = vb, c->walk_id = id;
+    if (s != VLA_OK || wg != WALK_WG) return s;
+    c->walk_vb = vb, c->walk_id = id;
+    c->walk_seg = walk_segments(c, vb, ctx->compute_units);
+    if (c->walk_seg) {
+        const size_t f = sizeof(float), nseg = (size_t)((c->nch + c->walk_seg - 1) / c->walk_seg);
+        s = ocl_ws_grow(b, OCL_WS_CPSM, ocl_mul4((size_t)c->BH, nseg, (size_t)c->dk * (c->dk + c->dv), f));
+        if (s == VLA_OK) s = ocl_ws_grow(b, OCL_WS_CPSX, ocl_mul4((size_t)c->BH, nseg, (size_t)c->dk * c->dv, f));
+        if (s == VLA_ERR_OUT_OF_MEMORY) c->walk_seg = 0, s = VLA_OK; /* the one walk a head needs none */
+    }
     return s;
 }
 
@@ -252,6 +288,24 @@ static vla_status cp_run(ocl_launch *l, size_t groups, int want) {
     return ocl_launch_run(l, groups, wg);
 }
 
+/* walk_local's flags (chunkpar.cl) */
+#define WALK_FROM_I 1
+#define WALK_KEEP 2
+#define WALK_END 4
+
+/* One launch of cp_walk_local (chunkpar.cl, walk_local, which says what the arguments are): nmap
+ * maps a head in segments of seg, a state of dx columns. */
+static vla_status walk_local_run(vla_backend *b, const ocl_cp_call *c, cl_mem maps, int nmap, int seg, cl_mem Xs,
+                                 cl_mem Xio, int dx, int ncol0, int p_identity, int flags) {
+    const int vb = c->walk_vb, dk = c->dk, per_head = (dx + vb - 1) / vb, nseg = (nmap + seg - 1) / seg;
+    ocl_launch w = ocl_launch_start(b, (ocl_kernel_id)c->walk_id);
+    m_(&w, maps), i_(&w, nmap), i_(&w, seg), m_(&w, Xs), m_(&w, Xio), i_(&w, dk), i_(&w, dx), i_(&w, ncol0),
+        i_(&w, per_head), i_(&w, vb), i_(&w, p_identity), i_(&w, flags);
+    ocl_launch_arg(&w, 2 * sizeof(float) * (size_t)dk * (dk + 1), NULL);
+    ocl_launch_arg(&w, 2 * sizeof(float) * (size_t)dk * vb, NULL);
+    return ocl_launch_run(&w, (size_t)c->BH * nseg * per_head, WALK_WG);
+}
+
 #define TRY(x)                       \
     do {                             \
         vla_status s_ = (x);         \
@@ -324,14 +378,14 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk), i_(&l, dv), i_(&l, C);
         TRY(cp_run(&l, chunks, cw));
     }
-    if (c->walk_vb) {
-        const int vb = c->walk_vb, per_head = (dv + vb - 1) / vb;
-        ocl_launch w = ocl_launch_start(b, (ocl_kernel_id)c->walk_id);
-        m_(&w, WS(MAPS)), i_(&w, nch), m_(&w, WS(CPX)), m_(&w, WS(ST)), i_(&w, dk), i_(&w, dv), i_(&w, per_head),
-            i_(&w, vb), i_(&w, !c->residual && !c->has_g);
-        ocl_launch_arg(&w, 2 * sizeof(float) * (size_t)dk * (dk + 1), NULL);
-        ocl_launch_arg(&w, 2 * sizeof(float) * (size_t)dk * vb, NULL);
-        TRY(ocl_launch_run(&w, BH * (size_t)per_head, WALK_WG));
+    if (c->walk_vb && c->walk_seg) { /* compose, carry, expand (walk_segments) */
+        const int L = c->walk_seg, nseg = (nch + L - 1) / L, p_identity = !c->residual && !c->has_g;
+        TRY(walk_local_run(b, c, WS(MAPS), nch, L, ctx->dummy, WS(CPSM), dk + dv, dk, p_identity, WALK_FROM_I | WALK_END));
+        TRY(walk_local_run(b, c, WS(CPSM), nseg, nseg, WS(CPSX), WS(ST), dv, 0, p_identity, WALK_KEEP | WALK_END));
+        TRY(walk_local_run(b, c, WS(MAPS), nch, L, WS(CPX), WS(CPSX), dv, 0, p_identity, WALK_KEEP));
+    } else if (c->walk_vb) {
+        TRY(walk_local_run(b, c, WS(MAPS), nch, nch, WS(CPX), WS(ST), dv, 0, !c->residual && !c->has_g,
+                           WALK_KEEP | WALK_END));
     } else {
         /* CPU devices: one item a head walks all columns (its loops vectorise); GPUs: walk_wg
          * columns a group. */

@@ -99,6 +99,7 @@ typedef enum ocl_ws {
     OCL_WS_ST, OCL_WS_ST2, OCL_WS_STSEG, OCL_WS_AT, OCL_WS_AF, OCL_WS_AD,
     OCL_WS_Z, OCL_WS_G, OCL_WS_M, OCL_WS_MAPS, OCL_WS_SEGMAPS, OCL_WS_STARTS, OCL_WS_TMP,
     OCL_WS_CPX, OCL_WS_CPGR, OCL_WS_CPZ, OCL_WS_CPG, OCL_WS_CPO, OCL_WS_CPT, OCL_WS_CPN, /* chunk-parallel: X_j, M_j, Z, G, o, W^T, n */
+    OCL_WS_CPSM, OCL_WS_CPSX, /* the segmented walk: segments' maps and start states */
     OCL_NWS
 } ocl_ws;
 
@@ -231,6 +232,7 @@ typedef struct ocl_cp_call {
     int residual, has_g;
     int walk_vb; /* value columns a cp_walk_local group (0: cp_walk) */
     int walk_id; /* its kernel (ocl_kernel_id): by rows an item */
+    int walk_seg; /* cp_walk_local over segments of this many chunks (0: one walk a head) */
     int out_wg;  /* cp_sfac_local and cp_out_local: cp_out_local's group (0: cp_sfac and cp_out) */
     int ks;      /* and their slab's columns */
     int gram_wg; /* cp_gram_local's group (0: cp_gram) */

@@ -37,7 +37,7 @@ static const char *const ws_names[OCL_NWS] = {
     "qf", "kf", "kh", "u", "w", "a", "Wr", "Y", "Mq", "D", "L", "gamma", "dl", "S", "S2", "S per segment",
     "A (recurrence)", "A", "A (fallback)", "Z", "G", "M", "affine maps", "segment maps", "chunk starts",
     "scan products", "chunk start states", "Gram prefix", "Z per chunk", "G per chunk", "o rows", "W^T per chunk",
-    "n per chunk",
+    "n per chunk", "walk segments' maps", "walk segments' start states",
 };
 
 void ocl_ws_release(ocl_ctx *ctx) {

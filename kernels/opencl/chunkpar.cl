@@ -414,54 +414,73 @@ __kernel void cp_walk(__global const float *restrict maps, int nch, __global flo
 #define WALK_FP 32
 
 /* pf[k] = P's flat element lid + k WALK_WG, row pr + k prs, column pc (k < fp; rows past dk
- * clamped to the last: a valid address); nf[k] = N (r0 + k rs, jc) (rows past dk clamped).
- * m: the chunk's map [dk][W]. */
+ * clamped to the last: a valid address); nf[k] = N (r0 + k rs, jn) (rows past dk clamped; 0 where
+ * the item's column has no N, jn < 0). m: the map [dk][W]. */
 void walk_fetch(float *pf, float *nf, __global const float *m, int W, int dk, int fp, int pr, int prs, int pc, int r0,
-                int rs, int jc, const int NR, const int FP) {
+                int rs, int jn, const int NR, const int FP) {
 #pragma unroll
     for (int k = 0; k < FP; k++)
         if (k < fp) pf[k] = m[min(pr + k * prs, dk - 1) * W + pc];
 #pragma unroll
-    for (int k = 0; k < NR; k++) nf[k] = m[min(r0 + k * rs, dk - 1) * W + dk + jc];
+    for (int k = 0; k < NR; k++) nf[k] = jn >= 0 ? m[min(r0 + k * rs, dk - 1) * W + dk + jn] : 0.0f;
 }
-#define WALK_FETCH(mm, ww) walk_fetch(pf, nf, mm, ww, dk, fp, pr, prs, pc, r0, rs, jc, NR, FP)
+#define WALK_FETCH(mm, ww) walk_fetch(pf, nf, mm, ww, dk, fp, pr, prs, pc, r0, rs, jn, NR, FP)
+
+/* The walk over segments (the host's choice where a head's value blocks would leave most compute
+ * units idle: few heads, many chunks). A head's nmap maps run in segments of seg; group
+ * (head, segment, value block) walks its segment's maps from the segment's start state. The same
+ * kernel runs three ways (ocl_chunkpar.c):
+ *   compose: state [P_s | N_s] (dx = dk + dv, from [I | 0], N added to columns >= ncol0 = dk):
+ *            the segment's own map, X_end = P_s X_start + N_s, into Xio [BH][nseg][dk][dk + dv]
+ *   carry:   the plain walk (one segment) over those maps from ST: every segment's start state
+ *            into Xs, the final state into ST
+ *   expand:  every segment again from its start state (Xio), every chunk's start state into Xs
+ * and with one segment, from ST, it is the plain walk. Maps are [dk][W], W = dk + dx - ncol0.
+ * flags: WALK_FROM_I (start from [I | 0], Xio not read), WALK_KEEP (start states into Xs
+ * [BH][nmap][dk][dx]), WALK_END (the end state into Xio). */
+#define WALK_FROM_I 1
+#define WALK_KEEP 2
+#define WALK_END 4
 
 /* NR: rows an item at most; FP: P's loads an item at most (dk^2 / WALK_WG: 8 at dk <= 32, 32 at
  * dk = 64). Constants where the kernels below inline it, so every register array has constant
  * indices (loops of 16 predicated rows at dk = 32, 8 columns a group, spent 8x the issue slots). */
-void walk_local(__global const float *restrict maps, int nch, __global float *restrict Xs,
-                __global float *restrict ST, int dk, int dv, int per_head, int vb, int p_identity,
-                __local float *Pl, __local float *Xl, __local int *wl, const int NR, const int FP) {
-    const int grp = get_group_id(0), bh = grp / per_head, lid = get_local_id(0);
-    const int j0 = (grp % per_head) * vb, nv = min(vb, dv - j0), W = dk + dv, ldp = dk + 1;
+void walk_local(__global const float *restrict maps, int nmap, int seg, __global float *restrict Xs,
+                __global float *restrict Xio, int dk, int dx, int ncol0, int per_head, int vb, int p_identity,
+                int flags, __local float *Pl, __local float *Xl, __local int *wl, const int NR, const int FP) {
+    const int nseg = (nmap + seg - 1) / seg, grp = get_group_id(0), lid = get_local_id(0);
+    const int bh = grp / (nseg * per_head), sg = (grp / per_head) % nseg, c0 = sg * seg, len = min(seg, nmap - c0);
+    const int j0 = (grp % per_head) * vb, nv = min(vb, dx - j0), W = dk + dx - ncol0, ldp = dk + 1;
     const int jj = lid % vb, r0 = lid / vb, rs = WALK_WG / vb, nr = (dk - r0 + rs - 1) / rs;
-    const int jc = j0 + min(jj, nv - 1); /* the column this item loads N from (past nv: computed, not stored) */
+    const int jc = j0 + min(jj, nv - 1); /* the column this item loads N for (past nv: computed, not stored) */
+    const int jn = jc - ncol0;           /* its column of N (< 0: none) */
     const int prs = WALK_WG / dk, pr = lid / dk, pc = lid - pr * dk;
     const int fp = p_identity ? 0 : (dk * dk + WALK_WG - 1) / WALK_WG;
-    const size_t pstride = (size_t)dk * ldp, xstride = (size_t)dk * vb;
-    __global float *S = ST + (size_t)bh * dk * dv;
-    __global float *X = Xs + (size_t)bh * nch * dk * dv;
-    for (int e = lid; e < dk * vb; e += WALK_WG) { /* X_0 */
+    const size_t pstride = (size_t)dk * ldp, xstride = (size_t)dk * vb, xsz = (size_t)dk * dx;
+    __global float *S = Xio + ((size_t)bh * nseg + sg) * xsz;
+    __global float *X = Xs + ((size_t)bh * nmap + c0) * xsz;
+    const int keep = flags & WALK_KEEP;
+    for (int e = lid; e < dk * vb; e += WALK_WG) { /* the start state */
         const int i = e / vb, col = e - i * vb;
         float x = 0.0f;
         if (col < nv) {
-            x = S[(size_t)i * dv + j0 + col];
-            X[(size_t)i * dv + j0 + col] = x;
+            x = flags & WALK_FROM_I ? (j0 + col == i ? 1.0f : 0.0f) : S[(size_t)i * dx + j0 + col];
+            if (keep) X[(size_t)i * dx + j0 + col] = x;
         }
         Xl[e] = x;
     }
     if (lid == 0) wl[0] = W;
     float pf[WALK_FP], nf[WALK_NR], ncur[WALK_NR]; /* FP, NR of them used */
-    __global const float *m = maps + (size_t)bh * nch * dk * W;
+    __global const float *m = maps + ((size_t)bh * nmap + c0) * dk * W;
     WALK_FETCH(m, W);
 #pragma unroll
     for (int k = 0; k < FP; k++)
         if (k < fp && pr + k * prs < dk) Pl[(pr + k * prs) * ldp + pc] = pf[k];
 #pragma unroll
     for (int k = 0; k < NR; k++) ncur[k] = nf[k];
-    if (nch > 1) WALK_FETCH(m + (size_t)dk * W, W);
+    if (len > 1) WALK_FETCH(m + (size_t)dk * W, W);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int ci = 0; ci < nch; ci++) {
+    for (int ci = 0; ci < len; ci++) {
         const int cur = ci & 1;
         __local const float *P = Pl + cur * pstride, *Xc = Xl + cur * xstride;
         __local float *Xn = Xl + (cur ^ 1) * xstride;
@@ -475,16 +494,18 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
                 for (int k = 0; k < NR; k++)
                     if (k < nr) acc[k] += P[(r0 + k * rs) * ldp + p] * x;
             }
-        __global float *x1 = ci + 1 < nch ? X + (size_t)(ci + 1) * dk * dv : S;
+        const int last = ci + 1 == len;
+        __global float *x1 = last ? S : X + (size_t)(ci + 1) * xsz;
+        if (last ? flags & WALK_END : keep) {
 #pragma unroll
-        for (int k = 0; k < NR; k++) {
-            const int i = r0 + k * rs;
-            if (k < nr) {
-                Xn[i * vb + jj] = acc[k];
-                if (jj < nv) x1[(size_t)i * dv + j0 + jj] = acc[k];
-            }
+            for (int k = 0; k < NR; k++)
+                if (k < nr && jj < nv) x1[(size_t)(r0 + k * rs) * dx + j0 + jj] = acc[k];
         }
-        if (ci + 1 < nch) { /* the next map into the other buffer and registers */
+        if (!last) {
+#pragma unroll
+            for (int k = 0; k < NR; k++)
+                if (k < nr) Xn[(r0 + k * rs) * vb + jj] = acc[k];
+            /* the next map into the other buffer and registers */
             __local float *Pn = Pl + (cur ^ 1) * pstride;
 #pragma unroll
             for (int k = 0; k < FP; k++)
@@ -492,7 +513,7 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
 #pragma unroll
             for (int k = 0; k < NR; k++) ncur[k] = nf[k];
         }
-        if (ci + 2 < nch) {
+        if (ci + 2 < len) {
             const int Ws = wl[0]; /* = W (above) */
             WALK_FETCH(m + (size_t)(ci + 2) * dk * Ws, Ws);
         }
@@ -501,9 +522,10 @@ void walk_local(__global const float *restrict maps, int nch, __global float *re
 }
 
 #define WALK_ARGS                                                                                       \
-    __global const float *restrict maps, int nch, __global float *restrict Xs, __global float *restrict ST, \
-        int dk, int dv, int per_head, int vb, int p_identity, __local float *Pl, __local float *Xl
-#define WALK_PASS maps, nch, Xs, ST, dk, dv, per_head, vb, p_identity, Pl, Xl, wl
+    __global const float *restrict maps, int nmap, int seg, __global float *restrict Xs,                \
+        __global float *restrict Xio, int dk, int dx, int ncol0, int per_head, int vb, int p_identity,  \
+        int flags, __local float *Pl, __local float *Xl
+#define WALK_PASS maps, nmap, seg, Xs, Xio, dk, dx, ncol0, per_head, vb, p_identity, flags, Pl, Xl, wl
 /* The host takes the one for its dk (<= 32, or 64) with the fewest rows an item that covers
  * ceil(dk / (WALK_WG / vb)). */
 #define WALK_KERNEL(name, NR, FP)                                                                       \
