@@ -94,8 +94,12 @@ int ocl_cp_auto_chunked_gpu(const vla_attn_desc *d, const vla_attn_args *a, unsi
  * segment again from its start state): about 2L + nseg dependent steps, with nseg times the
  * groups, at the cost of 3x the multiply-adds. Steps cost about the same at these group counts
  * (one wave), so L near sqrt(nch / 2) and only where it saves a quarter of the steps, a launch
- * counted as four steps. VLA_OPENCL_WALK_SEG=L sets L (0: off), for the tests and timings.
- * Returns L, or 0 for one walk a head. */
+ * counted as two steps. On an H100 at (1,4,32), VLA chunked ms, one walk a head -> segments of
+ * L = 4, 8, 16, 32: T = 2048 (32 chunks) 0.343 -> 0.328, 0.359, 0.364, 0.357; T = 8192 0.636 ->
+ * 0.553, 0.549, 0.556, 0.585; T = 32768 2.195 -> 1.829, 1.776, 1.738, 1.727 (the walk 0.576 ->
+ * 0.135 ms at L = 16); DeltaNet at T = 32768 1.230 -> 0.774 (L = 16). At (8,16,64) T = 8192,
+ * already 512 groups, L = 32 lost (29.0 -> 35.3). VLA_OPENCL_WALK_SEG=L sets L (0: off), for
+ * the tests and timings. Returns L, or 0 for one walk a head. */
 static int walk_segments(const ocl_cp_call *c, int vb, unsigned compute_units) {
     const char *force = getenv("VLA_OPENCL_WALK_SEG");
     if (force && force[0]) {
@@ -110,7 +114,7 @@ static int walk_segments(const ocl_cp_call *c, int vb, unsigned compute_units) {
         const int nseg = (c->nch + L - 1) / L;
         const long long compose = (long long)c->BH * nseg * ((c->dk + c->dv + vb - 1) / vb);
         if (compose > 8LL * compute_units) continue; /* more than a wave or so: steps slow down */
-        const double cost = 2.0 * L + nseg + 8.0;
+        const double cost = 2.0 * L + nseg + 4.0;
         if (cost < best_cost) best = L, best_cost = cost;
     }
     return best;
@@ -194,9 +198,12 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * its arrays fit, else the longest power of two down to 16 that fits (at dk = 64 in fp64: 32);
  * VLA_OPENCL_CP_ACHUNK=N asks for at most N (the tests' way to run the pieces). A piece's group
  * adds its chunk's earlier tokens' U^T U to M_j itself, so the Gram sums and their prefix stay
- * per chunk (per piece they doubled the prefix's traffic at dk = 64). Its group: 256 items;
- * VLA_OPENCL_CP_APART_WG=64|128 asks for fewer (more groups a multiprocessor for its serial
- * steps, which use at most dk items: a development switch, not yet timed on a GPU). */
+ * per chunk (per piece they doubled the prefix's traffic at dk = 64). Its group: 128 items where
+ * there are at least 4 groups a compute unit (more groups a multiprocessor for its serial steps,
+ * which use at most dk items), else 256 (each group's steps faster). On an H100, VLA chunked ms,
+ * 256 -> 128 items: (8,16,64) T = 2048 7.43 -> 6.95, 8192 28.96 -> 26.88; (1,4,32) T = 32768
+ * 1.72 -> 1.63, but T = 2048 0.339 -> 0.369 and 8192 0.533 -> 0.545 (128 and 512 groups on 132
+ * compute units). VLA_OPENCL_CP_APART_WG=64|128|256 sets it. */
 static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->gram_wg = c->apart_local = c->aend_local = 0;
@@ -211,11 +218,13 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     while (Ca > 16 && apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
     if (apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE <= ctx->local_mem) {
         s = ocl_kernel(b, OCL_K_CP_APART_LOCAL, &k);
+        const int ppc = (c->C + Ca - 1) / Ca;
+        const long long groups = (long long)c->BH * c->nch * ppc;
         const char *awg = getenv("VLA_OPENCL_CP_APART_WG");
-        const int want = awg && (atoi(awg) == 64 || atoi(awg) == 128) ? atoi(awg) : 256;
+        int want = groups >= 4LL * ctx->compute_units ? 128 : 256;
+        if (awg && (atoi(awg) == 64 || atoi(awg) == 128 || atoi(awg) == 256)) want = atoi(awg);
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, want, &wg);
-        if (s == VLA_OK && wg == (size_t)want)
-            c->apart_local = want, c->Ca = Ca, c->ppc = (c->C + Ca - 1) / Ca;
+        if (s == VLA_OK && wg == (size_t)want) c->apart_local = want, c->Ca = Ca, c->ppc = ppc;
     }
     const size_t rs = ctx->fp64 ? sizeof(double) : sizeof(float);
     if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {

@@ -236,7 +236,7 @@ typedef struct ocl_cp_call {
     int out_wg;  /* cp_sfac_local and cp_out_local: cp_out_local's group (0: cp_sfac and cp_out) */
     int ks;      /* and their slab's columns */
     int gram_wg; /* cp_gram_local's group (0: cp_gram) */
-    int apart_local; /* cp_apart_local's items a group (256; 0: cp_apart) */
+    int apart_local; /* cp_apart_local's items a group (128 or 256; 0: cp_apart) */
     int aend_local;  /* cp_aend_local (256 items) in place of cp_aend */
     int Ca, ppc;     /* cp_apart_local: each chunk in ppc pieces of at most Ca tokens (C and 1 unless
                         its arrays need them shorter to fit local memory) */
