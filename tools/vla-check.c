@@ -109,6 +109,7 @@ static const edge_shape edges[] = {
     {"d256", 1, 6, 1, 256, 256, 4},     /* the largest d */
     {"dk3dv256", 1, 10, 1, 3, 256, 4},
     {"dk256dv3", 1, 10, 1, 256, 3, 4},
+    {"d64c64", 1, 150, 2, 64, 64, 64},  /* the paper's d at its chunk: GPUs' dk = 64 kernels */
 };
 #define N_EDGES ((int)(sizeof edges / sizeof edges[0]))
 

@@ -123,8 +123,8 @@ static int walk_segments(const ocl_cp_call *c, int vb, unsigned compute_units) {
 /* The walk's form: cp_walk_local on GPUs where dk is a power of two <= 64 (its flat loads of P
  * need dk to divide WALK_WG) and its local arrays fit, with vb value columns a group: the widest
  * of 32, 16, 8 that still gives every compute unit a group (few heads: narrower blocks, more
- * groups; each step's cost falls with vb), no wider than dv needs, and narrower while the arrays
- * do not fit; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
+ * groups; each step's cost falls with vb), no wider than dv needs, 8 at dk = 64, and narrower
+ * while the arrays do not fit; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
 static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->walk_vb = c->walk_seg = 0;
@@ -132,6 +132,10 @@ static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
     int vb = 32; /* a power of two: WALK_WG / vb items a column */
     while (vb > 8 && ((long long)c->BH * ((c->dv + vb - 1) / vb) < (long long)ctx->compute_units || vb / 2 >= c->dv))
         vb /= 2;
+    /* dk = 64: 8 columns a group (walk64_4, 37 KB of local arrays against 41 KB at 16, twice the
+     * groups). On an H100 at (8,16,64), 16 -> 8: VLA chunked 6.96 -> 6.78 ms at T = 2048, 26.92 ->
+     * 25.98 at 8192; DeltaNet 3.34 -> 3.16, 13.22 -> 12.30; linear level (2.34 -> 2.36, 9.51 -> 9.40). */
+    if (c->dk > 32 && vb > 8) vb = 8;
     const char *force = getenv("VLA_OPENCL_WALK_VB"); /* 8, 16 or 32: the tests' and timings' way to pick */
     if (force && (atoi(force) == 8 || atoi(force) == 16 || atoi(force) == 32)) vb = atoi(force);
     while (vb > 8 && walk_local_bytes(c->dk, vb) + LOCAL_SPARE > ctx->local_mem) vb /= 2;
