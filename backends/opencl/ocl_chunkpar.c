@@ -21,7 +21,7 @@
  * of their row updates waits on global memory (on an H100 the walk alone took 70 of a 75 ms VLA
  * call at (1,4,32) T = 32768). Where the arrays fit local memory they are replaced (the plans
  * below; VLA_OPENCL_CP_GLOBAL=1 keeps the global ones, which the tests compare): cp_walk_local*
- * (dk <= 64), cp_sfac_local and cp_out_local (no g; dk, dv, C <= 64), cp_gram_local,
+ * (dk <= 64; in segments of chunks where few heads would leave the device idle, walk_segments), cp_sfac_local and cp_out_local (no g; dk, dv, C <= 64), cp_gram_local,
  * cp_apart_local and cp_aend_local (VLA, mode 2). */
 #include "ocl_internal.h"
 
