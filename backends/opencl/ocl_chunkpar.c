@@ -21,8 +21,9 @@
  * of their row updates waits on global memory (on an H100 the walk alone took 70 of a 75 ms VLA
  * call at (1,4,32) T = 32768). Where the arrays fit local memory they are replaced (the plans
  * below; VLA_OPENCL_CP_GLOBAL=1 keeps the global ones, which the tests compare): cp_walk_local*
- * (dk <= 64; in segments of chunks where few heads would leave the device idle, walk_segments), cp_sfac_local and cp_out_local (no g; dk, dv, C <= 64), cp_gram_local,
- * cp_apart_local and cp_aend_local (VLA, mode 2). */
+ * (dk <= 64; in segments of chunks where few heads would leave the device idle, walk_segments),
+ * cp_sfac_local and cp_out_local (no g; dk, dv, C <= 64), cp_gram_local, cp_apart_local and
+ * cp_aend_local (VLA, mode 2). */
 #include "ocl_internal.h"
 
 #include <stdint.h>
@@ -114,7 +115,7 @@ static int walk_segments(const ocl_cp_call *c, int vb, unsigned compute_units) {
         const int nseg = (c->nch + L - 1) / L;
         const long long compose = (long long)c->BH * nseg * ((c->dk + c->dv + vb - 1) / vb);
         if (compose > 8LL * compute_units) continue; /* more than a wave or so: steps slow down */
-        const double cost = 2.0 * L + nseg + 4.0;
+        const double cost = 2.0 * L + nseg + 4.0; /* compose, carry, expand; two more launches */
         if (cost < best_cost) best = L, best_cost = cost;
     }
     return best;
@@ -124,7 +125,8 @@ static int walk_segments(const ocl_cp_call *c, int vb, unsigned compute_units) {
  * need dk to divide WALK_WG) and its local arrays fit, with vb value columns a group: the widest
  * of 32, 16, 8 that still gives every compute unit a group (few heads: narrower blocks, more
  * groups; each step's cost falls with vb), no wider than dv needs, 8 at dk = 64, and narrower
- * while the arrays do not fit; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests compare the two). */
+ * while the arrays do not fit; else cp_walk. VLA_OPENCL_CP_GLOBAL=1 keeps cp_walk (the tests
+ * compare the two). */
 static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->walk_vb = c->walk_seg = 0;
@@ -391,14 +393,14 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk), i_(&l, dv), i_(&l, C);
         TRY(cp_run(&l, chunks, cw));
     }
-    if (c->walk_vb && c->walk_seg) { /* compose, carry, expand (walk_segments) */
-        const int L = c->walk_seg, nseg = (nch + L - 1) / L, p_identity = !c->residual && !c->has_g;
+    const int p_identity = !c->residual && !c->has_g; /* linear attention without g: P = I */
+    if (c->walk_seg) { /* compose, carry, expand (walk_segments; only with walk_vb) */
+        const int L = c->walk_seg, nseg = (nch + L - 1) / L;
         TRY(walk_local_run(b, c, WS(MAPS), nch, L, ctx->dummy, WS(CPSM), dk + dv, dk, p_identity, WALK_FROM_I | WALK_END));
         TRY(walk_local_run(b, c, WS(CPSM), nseg, nseg, WS(CPSX), WS(ST), dv, 0, p_identity, WALK_KEEP | WALK_END));
         TRY(walk_local_run(b, c, WS(MAPS), nch, L, WS(CPX), WS(CPSX), dv, 0, p_identity, WALK_KEEP));
     } else if (c->walk_vb) {
-        TRY(walk_local_run(b, c, WS(MAPS), nch, nch, WS(CPX), WS(ST), dv, 0, !c->residual && !c->has_g,
-                           WALK_KEEP | WALK_END));
+        TRY(walk_local_run(b, c, WS(MAPS), nch, nch, WS(CPX), WS(ST), dv, 0, p_identity, WALK_KEEP | WALK_END));
     } else {
         /* CPU devices: one item a head walks all columns (its loops vectorise); GPUs: walk_wg
          * columns a group. */
@@ -406,7 +408,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         const int per_head = (dv + span - 1) / span;
         ocl_launch w = ocl_launch_start(b, OCL_K_CP_WALK);
         m_(&w, WS(MAPS)), i_(&w, nch), m_(&w, WS(CPX)), m_(&w, WS(ST)), i_(&w, dk), i_(&w, dv), i_(&w, per_head),
-            i_(&w, span), i_(&w, !c->residual && !c->has_g);
+            i_(&w, span), i_(&w, p_identity);
         TRY(cp_run(&w, BH * (size_t)per_head, tn->walk_wg));
     }
     if (c->out_wg) {
