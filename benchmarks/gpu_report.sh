@@ -11,7 +11,8 @@
 #   check_opencl  vla-check --backend opencl:0:0 --hash (the first OpenCL device: NVIDIA's driver there;
 #                 PoCL beside it would take the stage's 90 s)
 #   check_grad    vla-check --grad (the backward against ref64's float64 backward) on cuda and on
-#                 opencl (NVIDIA's driver), every backward algorithm
+#                 opencl:0:0 (NVIDIA's driver; "opencl" alone takes PoCL too, past the stage's
+#                 limit), every backward algorithm
 #   targets       the speed-target table: vla-bench --targets --json (with the copy and GEMM rates)
 #   gated         the VLA chunked target rows again behind a host hold (--gate US): the GPU's time
 #   sweep         vla-bench --backend cuda at (B,H,d) = (1,4,32), T = 512..32768 (the paper's plot)
@@ -346,7 +347,7 @@ st_check_grad() {
   local rc=$?
   local oc=0
   if [ "$OPENCL" = ON ]; then
-    x "$LIM" "$R/vla-check-grad-opencl.txt" + "$B/tools/vla-check" --grad --backend opencl
+    x "$LIM" "$R/vla-check-grad-opencl.txt" + "$B/tools/vla-check" --grad --backend opencl:0:0
     oc=$?
   fi
   RESULT="cuda: $(last "$R/vla-check-grad-cuda.txt"); opencl: $(last "$R/vla-check-grad-opencl.txt" 2> /dev/null)"
