@@ -5,7 +5,9 @@
  * names the call and the error; nothing here aborts.
  *
  * Environment: VLA_OPENCL_NO_FP64=1 runs the A recurrence in float even on a device with
- * cl_khr_fp64, as it runs on a device without it (for tests). VLA_OPENCL_PROFILE=1 times every
+ * cl_khr_fp64, as it runs on a device without it (for tests); VLA_OPENCL_CP_FP64=0 runs only the
+ * chunk form's A part (chunkpar.cl) in float, =1 (the default) in double where the device has
+ * it. VLA_OPENCL_PROFILE=1 times every
  * kernel with profiling events and prints the totals to stderr at vla_backend_close.
  * VLA_OPENCL_NO_CLBLAST=1 keeps the scans in the own kernels in a build with CLBlast.
  * VLA_OPENCL_CHUNKPAR_GPU=1 runs the chunk-parallel kernels in their GPU form (many items a
@@ -349,11 +351,12 @@ static vla_status build_family(vla_backend *b, ocl_family f) {
     const char *extra = getenv("VLA_OPENCL_BUILD_OPTIONS");
     char opts[512], cap[48] = "";
     if (f == OCL_FAM_CHUNKPAR_CAPPED) snprintf(cap, sizeof cap, " -cl-nv-maxrregcount=%d", ctx->reg_cap);
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s%s%s", ctx->fp64 ? " -DVLA_FP64=1" : "",
+    const int chunkpar = f == OCL_FAM_CHUNKPAR || f == OCL_FAM_CHUNKPAR_CAPPED;
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s%s%s", (chunkpar ? ctx->cp_fp64 : ctx->fp64) ? " -DVLA_FP64=1" : "",
              f == OCL_FAM_SOFTMAX && ctx->native_exp ? " -DRB_NATIVE_EXP=1" : "",
              /* chunkpar.cl and grad_chunk.cl on CPU devices: one item a group (ocl_chunkpar.c's
               * cp_tune, ocl_grad_chunk.c); prep.cl: one item a row */
-             (f == OCL_FAM_CHUNKPAR || f == OCL_FAM_CHUNKPAR_CAPPED || f == OCL_FAM_GRAD_CHUNK ||
+             (chunkpar || f == OCL_FAM_GRAD_CHUNK ||
               f == OCL_FAM_GRAD_CHUNK_LOCAL || f == OCL_FAM_PREP) &&
                      !ctx->cp_gpu
                  ? " -DCP_ONE_ITEM=1"
@@ -539,6 +542,8 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     const char *no64 = getenv("VLA_OPENCL_NO_FP64");
     ctx->fp64 = device_has_fp64(dev) && !(no64 && no64[0] && strcmp(no64, "0") != 0);
     ctx->is_gpu = device_is_gpu(dev);
+    const char *cp64 = getenv("VLA_OPENCL_CP_FP64");
+    ctx->cp_fp64 = ctx->fp64 && (cp64 && cp64[0] ? strcmp(cp64, "0") != 0 : 1);
     const char *cpg = getenv("VLA_OPENCL_CHUNKPAR_GPU"); /* tests: the GPU form on any device */
     ctx->cp_gpu = ctx->is_gpu || (cpg && cpg[0] && strcmp(cpg, "0") != 0);
     /* native_exp where its precision was measured (softmax.cl, RB_NATIVE_EXP); the switch runs
@@ -589,6 +594,9 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     if (!ctx->fp64 && device_has_fp64(dev)) {
         size_t len = strlen(b->device);
         snprintf(b->device + len, sizeof b->device - len, " [fp64 off: VLA_OPENCL_NO_FP64]");
+    } else if (ctx->fp64 && !ctx->cp_fp64) {
+        size_t len = strlen(b->device);
+        snprintf(b->device + len, sizeof b->device - len, " [chunked A part in float]");
     }
     if (ctx->clblast) {
         size_t len = strlen(b->device);

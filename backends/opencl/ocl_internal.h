@@ -124,6 +124,7 @@ typedef struct ocl_ctx {
     cl_context context;
     cl_command_queue queue; /* in order, profiling enabled */
     int fp64;               /* cl_khr_fp64: the A recurrence runs in double */
+    int cp_fp64;            /* chunkpar.cl's real_t (VLA's chunked A part) is double */
     int clblast;            /* scan levels through CLBlast (built with it, not VLA_OPENCL_NO_CLBLAST) */
     size_t max_wg;          /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     cl_ulong local_mem;     /* CL_DEVICE_LOCAL_MEM_SIZE */
