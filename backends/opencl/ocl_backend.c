@@ -5,9 +5,10 @@
  * names the call and the error; nothing here aborts.
  *
  * Environment: VLA_OPENCL_NO_FP64=1 runs the A recurrence in float even on a device with
- * cl_khr_fp64, as it runs on a device without it (for tests); VLA_OPENCL_CP_FP64=0 runs only the
- * chunk form's A part (chunkpar.cl) in float, =1 (the default) in double where the device has
- * it. VLA_OPENCL_PROFILE=1 times every
+ * cl_khr_fp64, as it runs on a device without it (for tests). VLA_OPENCL_CP_FP64=0|1 runs the
+ * chunk form's A part (chunkpar.cl's real_t) in float or, where the device has fp64, in double:
+ * by default float on GPUs (as CUDA's; 1.09-1.18x VLA chunked on an H200, errors against float64
+ * up to 2.1e-6 from 2.2e-7, CUDA's 1.9e-6), double elsewhere. VLA_OPENCL_PROFILE=1 times every
  * kernel with profiling events and prints the totals to stderr at vla_backend_close.
  * VLA_OPENCL_NO_CLBLAST=1 keeps the scans in the own kernels in a build with CLBlast.
  * VLA_OPENCL_CHUNKPAR_GPU=1 runs the chunk-parallel kernels in their GPU form (many items a
@@ -543,7 +544,7 @@ static vla_status ocl_open(const char *device, vla_backend *b) {
     ctx->fp64 = device_has_fp64(dev) && !(no64 && no64[0] && strcmp(no64, "0") != 0);
     ctx->is_gpu = device_is_gpu(dev);
     const char *cp64 = getenv("VLA_OPENCL_CP_FP64");
-    ctx->cp_fp64 = ctx->fp64 && (cp64 && cp64[0] ? strcmp(cp64, "0") != 0 : 1);
+    ctx->cp_fp64 = ctx->fp64 && (cp64 && cp64[0] ? strcmp(cp64, "0") != 0 : !ctx->is_gpu);
     const char *cpg = getenv("VLA_OPENCL_CHUNKPAR_GPU"); /* tests: the GPU form on any device */
     ctx->cp_gpu = ctx->is_gpu || (cpg && cpg[0] && strcmp(cpg, "0") != 0);
     /* native_exp where its precision was measured (softmax.cl, RB_NATIVE_EXP); the switch runs

@@ -714,15 +714,16 @@ __kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk,
     }
 }
 
-/* cp_apart on GPUs where its arrays fit local memory, over the A part's chunks of at most C
- * tokens (the host's: 64 at dk = 32, 32 at dk = 64; 38 KB in fp64): Ld real, M's lower triangle
- * packed (then its Cholesky), Yd [dk][C + 1] real (Y, then Z^T; the odd stride spreads the Z
- * solve's rows over banks), Gp real, G's lower triangle packed (then its Cholesky): in float, as
- * a full square would fit beside a square Ld at dk = 32, C = 64, the outputs' error at lambda0 =
- * 1e-3, T = 8192 grew from 3.6e-7 to 3.4e-6 on PoCL (a_t comes from a cancelling difference there). The
- * global form's serial row updates took 0.36 ms of a 1.1 ms VLA call at (1,4,32)
- * T = 2048 on an H100. Steps as cp_apart's; the solves run an item a column of Y (tokens) or a
- * row of Z^T, which needs no barrier inside a solve. */
+/* cp_apart on GPUs where its arrays fit local memory, over the A part's pieces of at most C
+ * tokens (the host's apart_plan: 32 at dk <= 32; at dk = 64, 64 in float, 32 in fp64, 38 KB):
+ * Ld real, M's lower triangle packed (then its Cholesky), Yd [dk][C + 1] real (Y, then Z^T; the
+ * odd stride spreads the Z solve's rows over banks), Gp real, G's lower triangle packed (then its
+ * Cholesky). GPUs build this file with real_t float by default (VLA_OPENCL_CP_FP64,
+ * ocl_backend.c), as CUDA's A part: 1.1-1.2x VLA chunked on an H200, the outputs' error against
+ * float64 up to 2.1e-6 at lambda0 = 1e-3 (2.2e-7 in double; a_t comes from a cancelling
+ * difference there). The global form's serial row updates took 0.36 ms of a 1.1 ms VLA call at
+ * (1,4,32) T = 2048 on an H100. Steps as cp_apart's; the solves run an item a column of Y
+ * (tokens) or a row of Z^T, which needs no barrier inside a solve. */
 __kernel void cp_apart_local(__global const int *restrict starts, int nch, int ppc, __global const float *restrict uu,
                              __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int C,
                              float s_u, float eps, __local real_t *Ld, __local real_t *Yd, __local real_t *Gp) {
