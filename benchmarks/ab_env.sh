@@ -7,13 +7,15 @@
 # (--profile, VLA_OPENCL_PROFILE=1 / VLA_CUDA_KERNEL_TIMES=1: where the time goes).
 #
 # Results in OUT: ab.csv (every vla-bench row, the setting first), ab.md (per row and setting the
-# mean of the passes' medians, its ratio to the first setting and to the baseline), checks.txt,
-# profile.txt. The table also goes to stdout; progress to stderr.
+# mean of the passes' medians, the first setting's mean over each other's, and with a baseline
+# each setting's mean over the baseline's), checks.txt, profile.txt. The table also goes to
+# stdout; progress to stderr.
 #
 # Usage: bash benchmarks/ab_env.sh --build DIR --settings LIST [options]
 #   --build DIR        the build folder holding tools/vla-bench (and tools/vla-check)
-#   --settings LIST    settings separated by ';', each one or more VAR=VALUE separated by spaces;
-#                      "-" is the defaults (e.g. "-;VLA_OPENCL_CP_FP64=0;VLA_OPENCL_CP_ACHUNK=32")
+#   --settings LIST    settings separated by ';', each one or more VAR=VALUE separated by spaces
+#                      (VALUE of letters, digits and . _ : / + -); "-" is the defaults (e.g.
+#                      "-;VLA_OPENCL_CP_FP64=0;VLA_OPENCL_CP_ACHUNK=64")
 #   --rows LIST        B,H,d,T[,T...] separated by ';' (default "1,4,32,2048,8192,32768;8,16,64,2048,8192")
 #   --backend NAME     the backend the settings apply to (default opencl:0:0)
 #   --baseline NAME    timed once a row beside them, e.g. cuda; "none" for none (default none)
@@ -40,20 +42,24 @@ BDIR="" SETTINGS="" ROWS="1,4,32,2048,8192,32768;8,16,64,2048,8192" BE=opencl:0:
 MECH=vla ALGO=chunked PASSES=2 REPS=7 WARM=1 BUDGET=60 CHECK=0 PROFILE=0 OUTD=ab-out SRC_ENV=0
 while [ $# -gt 0 ]; do
   case $1 in
-    --build) BDIR=${2:?--build needs a folder}; shift ;;
-    --settings) SETTINGS=${2:?--settings needs a list}; shift ;;
-    --rows) ROWS=${2:?--rows needs a list}; shift ;;
-    --backend) BE=${2:?}; shift ;;
-    --baseline) BASE=${2:?}; shift ;;
-    --mechanism) MECH=${2:?}; shift ;;
-    --algo) ALGO=${2:?}; shift ;;
-    --passes) PASSES=${2:?}; shift ;;
-    --reps) REPS=${2:?}; shift ;;
-    --warmup) WARM=${2:?}; shift ;;
-    --budget) BUDGET=${2:?}; shift ;;
+    --build | --settings | --rows | --backend | --baseline | --mechanism | --algo | --passes | --reps | --warmup | \
+      --budget | --out) [ $# -ge 2 ] || die "$1 needs a value" ;;
+  esac
+  case $1 in
+    --build) BDIR=$2; shift ;;
+    --settings) SETTINGS=$2; shift ;;
+    --rows) ROWS=$2; shift ;;
+    --backend) BE=$2; shift ;;
+    --baseline) BASE=$2; shift ;;
+    --mechanism) MECH=$2; shift ;;
+    --algo) ALGO=$2; shift ;;
+    --passes) PASSES=$2; shift ;;
+    --reps) REPS=$2; shift ;;
+    --warmup) WARM=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
     --check) CHECK=1 ;;
     --profile) PROFILE=1 ;;
-    --out) OUTD=${2:?--out needs a folder}; shift ;;
+    --out) OUTD=$2; shift ;;
     --env) SRC_ENV=1 ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -74,7 +80,7 @@ for s in "${_sets[@]}"; do
   s=$(echo "$s" | xargs)
   [ -n "$s" ] || continue
   if [ "$s" != - ]; then
-    for kv in $s; do [[ $kv =~ ^[A-Z_][A-Z0-9_]*=[^[:space:]]*$ ]] || die "--settings: '$kv' is not VAR=VALUE"; done
+    for kv in $s; do [[ $kv =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9._:/+-]*$ ]] || die "--settings: '$kv' is not VAR=VALUE"; done
   fi
   SET_LIST+=("$s")
 done
@@ -94,6 +100,11 @@ mkdir -p "$OUTD" || die "cannot make $OUTD"
 
 say() { echo "[ab_env $SECONDS s] $*" >&2; }
 envs() { [ "$1" = - ] && return; echo "$1"; } # a setting as env arguments ("-": none)
+tag() { echo "${1// /+}"; }                     # a setting as one CSV field and table header
+TAGS=""
+for s in "${SET_LIST[@]}"; do TAGS="$TAGS${TAGS:+,}$(tag "$s")"; done
+[ "$BASE" = none ] || TAGS="$TAGS,baseline"
+set -f # the settings' words go to env unglobbed
 FAILED=0
 CSV=$OUTD/ab.csv
 echo "setting,backend,device,mechanism,algo,B,H,T,dk,dv,median_ms,min_ms,max_ms,tokens_per_s,gflops,gbps" > "$CSV"
@@ -110,17 +121,22 @@ if ((CHECK)); then
   done
 fi
 
-# bench SETTING_TAG BACKEND B H d TLIST [VAR=VALUE...]: one vla-bench call, its rows into ab.csv
+# bench SETTING_TAG BACKEND B H d TLIST [VAR=VALUE...]: one vla-bench call, its rows into ab.csv.
+# A failed call or a point without a median (vla-bench skipped it: budget, memory) fails the run.
 bench() {
   local tag=$1 be=$2 b=$3 h=$4 d=$5 t=$6
   shift 6
-  local out
+  local out rc rows timed
   out=$(env "$@" "$BDIR/tools/vla-bench" --backend "$be" --mechanism "$MECH" --algo "$ALGO" -B "$b" -H "$h" -d "$d" \
     -T "$t" -r "$REPS" --warmup "$WARM" --budget "$BUDGET" --output csv 2> "$OUTD/last-stderr.txt")
-  local rows
-  rows=$(echo "$out" | grep -v '^backend' | grep -c .)
-  [ "$rows" -ge 1 ] || { say "no rows from $tag $be ($b,$h,$d T=$t): $(tail -n 1 "$OUTD/last-stderr.txt")"; FAILED=1; }
-  echo "$out" | grep -v '^backend' | grep . | sed "s/^/${tag//\//_},/" >> "$CSV"
+  rc=$?
+  rows=$(echo "$out" | grep -v '^backend' | grep .)
+  timed=$(echo "$rows" | awk -F, '$10 != ""' | grep -c .)
+  if ((rc)) || [ "$timed" -ne "$(echo "$t" | tr ',' '\n' | grep -c .)" ]; then
+    say "$tag $be ($b,$h,$d T=$t): exit $rc, $timed of the points timed: $(tail -n 1 "$OUTD/last-stderr.txt")"
+    FAILED=1
+  fi
+  [ -z "$rows" ] || echo "$rows" | awk -v t="$tag" '{ print t "," $0 }' >> "$CSV"
 }
 
 for r in "${ROW_LIST[@]}"; do
@@ -129,7 +145,7 @@ for r in "${ROW_LIST[@]}"; do
     for s in "${SET_LIST[@]}"; do
       say "$b,$h,$d T=$t pass $p: $s"
       # shellcheck disable=SC2046
-      bench "${s// /+}" "$BE" "$b" "$h" "$d" "$t" $(envs "$s")
+      bench "$(tag "$s")" "$BE" "$b" "$h" "$d" "$t" $(envs "$s")
     done
   done
   if [ "$BASE" != none ]; then
@@ -153,32 +169,36 @@ if ((PROFILE)); then
 fi
 rm -f "$OUTD/last-stderr.txt"
 
-# The table: per (row, T) and setting the mean of the medians; ratios to the first setting.
+# The table: per (row, T) and setting the mean of the medians (points without one left out; a
+# setting with none reads "-"); ratios of the first setting's mean to each other's, and of each
+# setting's to the baseline's.
 {
   echo "# A/B of settings: $MECH $ALGO on $BE ($PASSES passes, -r $REPS --warmup $WARM; baseline: $BASE)"
   echo
-  awk -F, -v first="${SET_LIST[0]// /+}" '
-    NR == 1 { next }
-    { key = $6 "," $7 "," $9 "," $8; s = $1; sum[key, s] += $11; n[key, s]++
-      if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
-      if (!(s in sseen)) { sseen[s] = 1; sets[++ns] = s } }
+  awk -F, -v tags="$TAGS" '
+    BEGIN { ns = split(tags, sets, ","); first = sets[1]; hasb = sets[ns] == "baseline" }
+    NR == 1 || $11 == "" { next }
+    { key = $6 "," $7 "," $9 "," $8; sum[key, $1] += $11; n[key, $1]++
+      if (!(key in seen)) { seen[key] = 1; keys[++nk] = key } }
+    function mean(k, s) { return n[k, s] ? sum[k, s] / n[k, s] : -1 }
+    function ratio(a, b) { return a > 0 && b > 0 ? sprintf(" %.3f |", a / b) : " - |" }
     END {
       printf "| B,H,d,T |"; for (j = 1; j <= ns; j++) printf " %s ms |", sets[j]
-      for (j = 1; j <= ns; j++) if (sets[j] != first && sets[j] != "baseline") printf " %s / %s |", first, sets[j]
+      for (j = 2; j <= ns - hasb; j++) printf " %s / %s |", first, sets[j]
+      if (hasb) for (j = 1; j < ns; j++) printf " %s / baseline |", sets[j]
       printf "\n|---|"; for (j = 1; j <= ns; j++) printf "--:|"
-      for (j = 1; j <= ns; j++) if (sets[j] != first && sets[j] != "baseline") printf "--:|"
+      for (j = 2; j <= ns - hasb; j++) printf "--:|"
+      if (hasb) for (j = 1; j < ns; j++) printf "--:|"
       printf "\n"
       for (i = 1; i <= nk; i++) {
         k = keys[i]; printf "| %s |", k
-        for (j = 1; j <= ns; j++) if (n[k, sets[j]]) printf " %.4g |", sum[k, sets[j]] / n[k, sets[j]]; else printf " - |"
-        for (j = 1; j <= ns; j++) if (sets[j] != first && sets[j] != "baseline") {
-          if (n[k, sets[j]] && n[k, first]) printf " %.3f |", (sum[k, first] / n[k, first]) / (sum[k, sets[j]] / n[k, sets[j]])
-          else printf " - |"
-        }
+        for (j = 1; j <= ns; j++) { m = mean(k, sets[j]); if (m > 0) printf " %.4g |", m; else printf " - |" }
+        for (j = 2; j <= ns - hasb; j++) printf "%s", ratio(mean(k, first), mean(k, sets[j]))
+        if (hasb) for (j = 1; j < ns; j++) printf "%s", ratio(mean(k, sets[j]), mean(k, "baseline"))
         printf "\n"
       }
     }' "$CSV"
   echo
-  echo "Ratios above 1: the setting is faster than the first. Every row in ab.csv; a \"-\": no number."
+  echo "first / other above 1: the other setting is faster. Every row in ab.csv; \"-\": no number."
 } | tee "$OUTD/ab.md"
 exit $FAILED

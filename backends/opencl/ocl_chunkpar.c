@@ -206,8 +206,8 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * 32768 pieces of 64 -> 32 (twice the groups, half the Cholesky of G a group) 0.298 -> 0.262,
  * 0.487 -> 0.441, 1.434 -> 1.384 with the A part in float, 0.326 -> 0.293, 0.533 -> 0.492, 1.608
  * -> 1.511 in double; 16 lost (0.299, 0.557, 1.773 in double); at (8,16,64) T = 2048, 8192 in
- * float, 64 -> 32 lost (5.81 -> 5.88, 22.08 -> 22.42). VLA_OPENCL_CP_ACHUNK=N asks for at most
- * N (the tests' way to run the pieces). A piece's group
+ * float, 64 -> 32 lost (5.81 -> 5.88, 22.08 -> 22.42). VLA_OPENCL_CP_ACHUNK=N asks for pieces of
+ * N, at most C and 64 (tests run small pieces with it; A/Bs the other sizes). A piece's group
  * adds its chunk's earlier tokens' U^T U to M_j itself, so the Gram sums and their prefix stay
  * per chunk (per piece they doubled the prefix's traffic at dk = 64). Its group: 128 items where
  * there are at least 4 groups a compute unit (more groups a multiprocessor for its serial steps,
@@ -224,9 +224,9 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     size_t wg = 0;
     vla_status s = VLA_OK;
     const char *force = getenv("VLA_OPENCL_CP_ACHUNK");
-    const int Cmax = c->dk <= 32 ? 32 : 64;
+    const int Cmax = c->dk <= 32 ? 32 : 64, Clim = c->C < 64 ? c->C : 64;
     int Ca = c->C < Cmax ? c->C : Cmax;
-    if (force && atoi(force) >= 1 && atoi(force) < Ca) Ca = atoi(force);
+    if (force && atoi(force) >= 1) Ca = atoi(force) < Clim ? atoi(force) : Clim;
     while (Ca > 16 && apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
     if (apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE <= ctx->local_mem) {
         s = ocl_kernel(b, OCL_K_CP_APART_LOCAL, &k);

@@ -15,7 +15,8 @@
  *   cp_aend   per head: A_end = M_total^{-1}, the float state out
  * Matrices live in global scratch, one slice per (head, chunk) (chunks up to 1024 tokens, d up
  * to 256 do not fit local memory); on GPUs, where they fit, the *_local kernels further down hold
- * them in local memory instead. real_t is double where the device has fp64 (common.cl).
+ * them in local memory instead. real_t is double where the device has fp64 (common.cl), except
+ * on GPUs, which build this file in float by default (ocl_backend.c: VLA_OPENCL_CP_FP64).
  * Products run as row updates (x_row += a * y_row) whose innermost loop the items stride along
  * contiguous columns: on a GPU neighbouring items touch neighbouring addresses; on a CPU device
  * the host runs one item a group, and that loop is a plain one the compiler vectorises (PoCL

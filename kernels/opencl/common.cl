@@ -9,6 +9,8 @@
  *                  T = 8192, d = 32..64; see backends/cpu/cpu_vla.c); so does the chunked A
  *                  part (vla_a_chunked: its A0 - Z^T Z cancels at small
  *                  lambda0). Without fp64 they run in float and the looser bounds apply.
+ *                  chunkpar.cl (the chunk-parallel A part) gets it only where ctx->cp_fp64:
+ *                  GPUs build it in float by default, as CUDA's A part (ocl_backend.c).
  *
  * Conventions shared by every kernel:
  *   - Inputs q, k, u [B, T, H, dk], v and o [B, T, H, dv], beta and g [B, T, H], row-major.
