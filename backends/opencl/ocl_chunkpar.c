@@ -165,13 +165,15 @@ static vla_status walk_plan(vla_backend *b, ocl_cp_call *c) {
 }
 
 /* cp_sfac_local and cp_out_local (chunkpar.cl) on GPUs: no g, dk, dv, C <= 64. Their operands
- * pass through a local slab of ks columns: the widest of 64, 32, 16 whose arrays fit the device's
- * local memory less LOCAL_SPARE (at dk = dv = C = 64 the whole arrays, 48 KB, did not run on
- * NVIDIA's 48 KB). cp_out_local takes an item a 4 x 4 tile of the chunk's output. */
+ * pass through a local slab of ks columns: the widest of 64, 32, 16 whose arrays (rows padded to
+ * 4 floats, for float4 loads) fit the device's local memory less LOCAL_SPARE (at dk = dv = C = 64
+ * the whole arrays, 48 KB, did not run on NVIDIA's 48 KB). cp_out_local takes an item a 4 x 4
+ * tile of the chunk's output. */
 static size_t imax_z(size_t a, size_t b) { return a > b ? a : b; }
+static size_t up4(int n) { return (size_t)(n + 3) / 4 * 4; }
 static size_t local_bytes(const ocl_cp_call *c, int ks) {
-    const size_t dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C, k = (size_t)ks;
-    return sizeof(float) * imax_z(dk * C + C * C + C * k, dk * dv + C * dv + C * k);
+    const size_t dk = (size_t)c->dk, C = (size_t)c->C, C4 = up4(c->C), dv4 = up4(c->dv), k = (size_t)ks;
+    return sizeof(float) * imax_z(dk * C4 + C * C4 + C4 * k, dk * dv4 + C * dv4 + C * k);
 }
 static vla_status local_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
@@ -389,7 +391,8 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         m_(&l, c->starts), i_(&l, nch), m_(&l, c->kr), m_(&l, c->w), m_(&l, c->q), m_(&l, c->v), i_(&l, c->residual),
             m_(&l, WS(WR)), m_(&l, WS(Y)), m_(&l, WS(MQ)), m_(&l, WS(MAPS)), i_(&l, T), i_(&l, c->H), i_(&l, dk),
             i_(&l, dv), i_(&l, C), i_(&l, c->ks);
-        ocl_launch_arg(&l, f * dk * C, NULL), ocl_launch_arg(&l, f * C * C, NULL), ocl_launch_arg(&l, f * C * c->ks, NULL);
+        ocl_launch_arg(&l, f * dk * up4(C), NULL), ocl_launch_arg(&l, f * C * up4(C), NULL);
+        ocl_launch_arg(&l, f * up4(C) * c->ks, NULL);
         TRY(ocl_launch_run(&l, chunks, 256));
     } else {
         ocl_launch l = ocl_launch_start(b, OCL_K_CP_SFAC);
@@ -421,7 +424,8 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         ocl_launch o = ocl_launch_start(b, OCL_K_CP_OUT_LOCAL);
         m_(&o, c->starts), i_(&o, nch), m_(&o, c->q), m_(&o, WS(WR)), m_(&o, WS(Y)), m_(&o, WS(MQ)), i_(&o, c->residual),
             m_(&o, WS(CPX)), m_(&o, c->o), i_(&o, T), i_(&o, c->H), i_(&o, dk), i_(&o, dv), i_(&o, C), i_(&o, c->ks);
-        ocl_launch_arg(&o, f * dk * dv, NULL), ocl_launch_arg(&o, f * C * dv, NULL), ocl_launch_arg(&o, f * C * c->ks, NULL);
+        ocl_launch_arg(&o, f * dk * up4(dv), NULL), ocl_launch_arg(&o, f * C * up4(dv), NULL);
+        ocl_launch_arg(&o, f * C * c->ks, NULL);
         TRY(ocl_launch_run(&o, chunks, (size_t)c->out_wg));
     } else {
         ocl_launch o = ocl_launch_start(b, OCL_K_CP_OUT);

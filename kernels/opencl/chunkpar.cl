@@ -609,36 +609,44 @@ __kernel void cp_out(__global const int *restrict starts, int nch, __global cons
  * as LT x LT register tiles, one tile an item. ---- */
 #define LT 4
 
-/* acc[r LT + s] += sum_{p < kd} A(i_r, p) B(p, j_s) for the tile (ti, tj) of an m x n product
- * cut into NI x NJ tiles: i_r = ti + r NI, j_s = tj + s NJ (past the edge: clamped reads, the
- * caller drops those entries). A(i, p) = A[i ars + p acs], B(p, j) = B[p brs + j bcs]. Items of
- * one warp share ti and take consecutive tj: A's reads broadcast, B's along a row. */
-void lt_tile(float *acc, __local const float *A, int ars, int acs, __local const float *B, int brs, int bcs,
-             int ti, int tj, int NI, int NJ, int m, int n, int kd) {
-    int ao[LT], bo[LT];
+/* acc[r] += sum_{p < kd} A(i0 + r, p) B(p, j0 .. j0 + 3) for the item's tile i0 = LT ti, j0 = LT tj
+ * (rows past m clamped: the caller drops them); A [.][lda] and B [.][ldb] row-major in local
+ * memory, 16-byte aligned, lda and ldb multiples of 4, B's rows at least j0 + 4 long. Steps of 4
+ * p read float4s: a step's 4 rows of A and 4 of B, 8 loads for 64 multiply-adds (the scalar form,
+ * a column of A and a row of B a p, made 8 loads for 16). Items of one warp share ti (A's loads
+ * broadcast) and take consecutive tj (B's along a row). */
+void lt_tile(float4 *acc, __local const float *A, int lda, __local const float *B, int ldb, int ti, int tj, int m,
+             int kd) {
+    const int j0 = LT * tj;
+    int ao[LT];
 #pragma unroll
-    for (int r = 0; r < LT; r++) {
-        ao[r] = min(ti + r * NI, m - 1) * ars;
-        bo[r] = min(tj + r * NJ, n - 1) * bcs;
-    }
-    for (int p = 0; p < kd; p++) {
-        float a[LT], bb[LT];
+    for (int r = 0; r < LT; r++) ao[r] = min(LT * ti + r, m - 1) * lda;
+    int p = 0;
+    for (; p + 4 <= kd; p += 4) {
+        const float4 b0 = *(__local const float4 *)(B + p * ldb + j0), b1 = *(__local const float4 *)(B + (p + 1) * ldb + j0);
+        const float4 b2 = *(__local const float4 *)(B + (p + 2) * ldb + j0), b3 = *(__local const float4 *)(B + (p + 3) * ldb + j0);
 #pragma unroll
         for (int r = 0; r < LT; r++) {
-            a[r] = A[ao[r] + p * acs];
-            bb[r] = B[p * brs + bo[r]];
+            const float4 a = *(__local const float4 *)(A + ao[r] + p);
+            acc[r] = fma((float4)(a.x), b0, fma((float4)(a.y), b1, fma((float4)(a.z), b2, fma((float4)(a.w), b3, acc[r]))));
         }
+    }
+    for (; p < kd; p++) {
+        const float4 b0 = *(__local const float4 *)(B + p * ldb + j0);
 #pragma unroll
-        for (int r = 0; r < LT; r++)
-#pragma unroll
-            for (int s2 = 0; s2 < LT; s2++) acc[r * LT + s2] += a[r] * bb[s2];
+        for (int r = 0; r < LT; r++) acc[r] = fma((float4)(A[ao[r] + p]), b0, acc[r]);
     }
 }
 
-void lt_zero(float *acc) {
+void lt_zero(float4 *acc) {
 #pragma unroll
-    for (int e = 0; e < LT * LT; e++) acc[e] = 0.0f;
+    for (int r = 0; r < LT; r++) acc[r] = (float4)(0.0f);
 }
+
+/* Entry s of a float4 (s a constant after unrolling). */
+#define F4_AT(v, s) ((s) == 0 ? (v).x : (s) == 1 ? (v).y : (s) == 2 ? (v).z : (v).w)
+/* n rounded up to a multiple of 4: the row length of the local arrays lt_tile reads. */
+#define UP4(n) (((n) + 3) & ~3)
 
 /* cp_gram on GPUs (dk <= 64, the chunk's U in local memory, Ul [C][dk] float): the global form's
  * row updates took 5.3 ms of a 48 ms VLA call at (8,16,64) T = 8192 on an H100. Items take
@@ -914,33 +922,51 @@ void lt_unit_inverse(__local float *Tl, int C, int c, __local float *scr) {
     }
 }
 
-/* cp_sfac without g (see there for the arrays). Local: Wt [dk][C] (W^T), Ll [C][C] (L, then
- * T = (I + L)^{-1}) and a slab Hb [C][ks] through which the chunk's Q, Kr and V pass ks columns at
- * a time: Mq = tril(Q W^T) and L = strict(Kr W^T) accumulate over dk's slabs, then each column
- * slab of Kr and V becomes T times itself in place (Wr, Y) and gives its columns of P and N. ks is the host's (64 where it fits, else 32):
- * at dk = dv = C = 64, whole arrays (48 KB) did not run on NVIDIA's driver, whose local memory is
- * 48 KB. The group has 256 items and at least one a tile of Mq (C <= 64). */
+/* Dst[i ldd + t] = S[t lds + i] (i < n, t < c): a c x n block of a row-major global array,
+ * transposed into local memory. Items take consecutive t, so the local stores fall in distinct
+ * banks (along i they were 64 floats apart at C = 64: one bank, a 32-way conflict a store), and
+ * read 4 entries of a row a step (a float4 where rows are 16-byte aligned). */
+void stage_transposed(__local float *D, int ldd, __global const float *S, int lds, int n, int c) {
+    const int lid = get_local_id(0), wg = get_local_size(0), nb = (n + 3) / 4;
+    const int vec = ((lds | n) & 3) == 0; /* S itself is a token's row start: aligned when lds is */
+    for (int e = lid; e < c * nb; e += wg) {
+        const int t = e % c, i = 4 * (e / c);
+        __global const float *st = S + (size_t)t * lds + i;
+        if (vec) {
+            const float4 x = *(__global const float4 *)st;
+            D[i * ldd + t] = x.x, D[(i + 1) * ldd + t] = x.y, D[(i + 2) * ldd + t] = x.z, D[(i + 3) * ldd + t] = x.w;
+        } else
+            for (int r = 0; r < 4 && i + r < n; r++) D[(i + r) * ldd + t] = st[r];
+    }
+}
+
+/* cp_sfac without g (see there for the arrays). Local, in rows of C4 = UP4(C) floats (lt_tile
+ * reads float4s): Wt [dk][C4] (W^T), Ll [C][C4] (L, then T = (I + L)^{-1}) and a slab Hb [C4][ks]
+ * through which the chunk's Q, Kr and V pass ks columns at a time: Mq = tril(Q W^T) and L =
+ * strict(Kr W^T) accumulate over dk's slabs (A: the slab, B: Wt), then each column slab of Kr and
+ * V becomes T times itself in place (Wr, Y; A: Ll, over p up to the tile's last row, T being
+ * lower) and gives its columns of P and N (W^T times the slab; A: Wt). ks is the host's (64 where
+ * it fits, else 32): at dk = dv = C = 64, whole arrays (48 KB) did not run on NVIDIA's driver,
+ * whose local memory is 48 KB. The group has 256 items and at least one a tile of Mq (C <= 64). */
 __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __global const float *restrict kr,
                             __global const float *restrict w, __global const float *restrict q,
                             __global const float *restrict v, int residual, __global float *restrict Wr,
                             __global float *restrict Y, __global float *restrict Mq, __global float *restrict maps,
-                            int T, int H, int dk, int dv, int C, int ks, __local float *Wt, __local float *Ll,
-                            __local float *Hb) {
+                            int T, int H, int dk, int dv, int C, int ks, __local float4 *Wt4, __local float4 *Ll4,
+                            __local float4 *Hb4) {
+    __local float *Wt = (__local float *)Wt4, *Ll = (__local float *)Ll4, *Hb = (__local float *)Hb4;
     const int grp = get_group_id(0), bh = grp / nch, ci = grp % nch, b = bh / H, h = bh % H;
-    const int lid = get_local_id(0), wg = get_local_size(0), Wm = dk + dv;
+    const int lid = get_local_id(0), wg = get_local_size(0), Wm = dk + dv, C4 = UP4(C);
     const int ts = starts[ci], c = starts[ci + 1] - ts;
     const size_t tok = (size_t)bh * T + ts;
     __global const float *KR = kr + tok * dk, *Wd = w + tok * dk, *Q = q + tok * dk;
     __global float *Mc = Mq + tok * C, *WR = Wr + tok * dk, *YY = Y + tok * dv;
     __global float *mp = maps + (size_t)grp * dk * Wm;
-    for (int e = lid; e < c * dk; e += wg) {
-        const int t = e / dk, i = e - t * dk;
-        Wt[i * C + t] = Wd[e];
-    }
+    stage_transposed(Wt, C4, Wd, dk, dk, c);
     const int NI = (c + LT - 1) / LT, ti = lid / NI, tj = lid - ti * NI, mine = lid < NI * NI;
     for (int pass = 0; pass <= residual; pass++) { /* 0: Mq from Q; 1: L from Kr */
         __global const float *src = pass ? KR : Q;
-        float acc[LT * LT];
+        float4 acc[LT];
         lt_zero(acc);
         for (int s0 = 0; s0 < dk; s0 += ks) {
             const int kw = min(ks, dk - s0);
@@ -950,22 +976,22 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
                 Hb[t * ks + i] = src[(size_t)t * dk + s0 + i];
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (mine) lt_tile(acc, Hb, ks, 1, Wt + s0 * C, C, 1, ti, tj, NI, NI, c, c, kw);
+            if (mine) lt_tile(acc, Hb, ks, Wt + s0 * C4, C4, ti, tj, c, kw);
         }
         if (mine)
             for (int r = 0; r < LT; r++)
                 for (int s2 = 0; s2 < LT; s2++) {
-                    const int i = ti + r * NI, j = tj + s2 * NI;
+                    const int i = LT * ti + r, j = LT * tj + s2;
                     if (i >= c || j >= c) continue;
                     if (pass) {
-                        if (j < i) Ll[i * C + j] = acc[r * LT + s2];
+                        if (j < i) Ll[i * C4 + j] = F4_AT(acc[r], s2);
                     } else
-                        Mc[(size_t)i * C + j] = j <= i ? acc[r * LT + s2] : 0.0f;
+                        Mc[(size_t)i * C + j] = j <= i ? F4_AT(acc[r], s2) : 0.0f;
                 }
     }
     if (residual) {
         barrier(CLK_LOCAL_MEM_FENCE); /* L complete; the slab's last readers done (it is scr) */
-        lt_unit_inverse(Ll, C, c, Hb); /* Ll <- T = (I + L)^{-1} */
+        lt_unit_inverse(Ll, C4, c, Hb); /* Ll <- T = (I + L)^{-1} */
     } else
         for (int e = lid; e < dk * dk; e += wg) {
             const int i = e / dk, j = e - i * dk;
@@ -984,19 +1010,18 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (residual) { /* Wr = T Kr, Y = T V: the slab's product in registers, then over the slab */
-            float acc[LT * LT];
-            const int SI = (c + LT - 1) / LT, SJ = (kw + LT - 1) / LT, si = lid / SJ, sj = lid - si * SJ;
-            const int smine = lid < SI * SJ;
+            float4 acc[LT];
+            const int SJ = (kw + LT - 1) / LT, si = lid / SJ, sj = lid - si * SJ, smine = lid < NI * SJ;
             if (smine) {
                 lt_zero(acc);
-                lt_tile(acc, Ll, C, 1, Hb, ks, 1, si, sj, SI, SJ, c, kw, c);
+                lt_tile(acc, Ll, C4, Hb, ks, si, sj, c, min(c, LT * si + LT));
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (smine)
                 for (int r = 0; r < LT; r++)
                     for (int s2 = 0; s2 < LT; s2++) {
-                        const int i = si + r * SI, j = sj + s2 * SJ;
-                        if (i < c && j < kw) Hb[i * ks + j] = acc[r * LT + s2];
+                        const int i = LT * si + r, j = LT * sj + s2;
+                        if (i < c && j < kw) Hb[i * ks + j] = F4_AT(acc[r], s2);
                     }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -1007,26 +1032,28 @@ __kernel void cp_sfac_local(__global const int *restrict starts, int nch, __glob
         }
         const int MI = (dk + LT - 1) / LT, MJ = (kw + LT - 1) / LT;
         for (int tile = lid; tile < MI * MJ; tile += wg) { /* P = I - W^T Wr, N = W^T Y: the slab's columns */
-            float acc[LT * LT];
+            float4 acc[LT];
             lt_zero(acc);
             const int ui = tile / MJ, uj = tile - ui * MJ;
-            lt_tile(acc, Wt, C, 1, Hb, ks, 1, ui, uj, MI, MJ, dk, kw, c);
+            lt_tile(acc, Wt, C4, Hb, ks, ui, uj, dk, c);
             for (int r = 0; r < LT; r++)
                 for (int s2 = 0; s2 < LT; s2++) {
-                    const int i = ui + r * MI, g = g0 + uj + s2 * MJ;
+                    const int i = LT * ui + r, g = g0 + LT * uj + s2;
                     if (i >= dk || g >= g0 + kw) continue;
-                    mp[(size_t)i * Wm + g] = g >= dk ? acc[r * LT + s2] : (i == g ? 1.0f : 0.0f) - acc[r * LT + s2];
+                    const float x = F4_AT(acc[r], s2);
+                    mp[(size_t)i * Wm + g] = g >= dk ? x : (i == g ? 1.0f : 0.0f) - x;
                 }
         }
     }
 }
 
-/* acc = A B for this item's tile (mine) of a c x dv product, A [c][kd] (row stride lda) in global
- * memory, passed through the local slab Ab [c][ks] ks columns at a time; B [kd][dv] in local
- * memory. Barriers: uniform control flow. */
-void lt_slabs(float *acc, __global const float *A, int lda, int kd, __local float *Ab, int ks, __local const float *B,
-              int dv, int c, int ti, int tj, int NI, int NJ, int mine) {
-    const int lid = get_local_id(0), wg = get_local_size(0);
+/* acc = A B for this item's tile (mine) of a c x n product, A [c][kd] (row stride lda) in global
+ * memory, passed through the local slab Ab [c][ks] ks columns at a time; B [kd][ldb] in local
+ * memory. lower: A is lower triangular (0 past the diagonal), so a tile's sum stops after its last
+ * row's diagonal. Barriers: uniform control flow. */
+void lt_slabs(float4 *acc, __global const float *A, int lda, int kd, __local float *Ab, int ks, __local const float *B,
+              int ldb, int c, int ti, int tj, int mine, int lower) {
+    const int lid = get_local_id(0), wg = get_local_size(0), kend = lower ? min(kd, LT * ti + LT) : kd;
     lt_zero(acc);
     for (int s0 = 0; s0 < kd; s0 += ks) {
         const int kw = min(ks, kd - s0);
@@ -1036,45 +1063,52 @@ void lt_slabs(float *acc, __global const float *A, int lda, int kd, __local floa
             Ab[t * ks + i] = A[(size_t)t * lda + s0 + i];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (mine) lt_tile(acc, Ab, ks, 1, B + s0 * dv, dv, 1, ti, tj, NI, NJ, c, dv, kw);
+        if (mine && kend > s0) lt_tile(acc, Ab, ks, B + s0 * ldb, ldb, ti, tj, c, min(kw, kend - s0));
     }
 }
 
-/* cp_out without g: O = Q X_j + Mq (Y - Wr X_j). Local Xl [dk][dv] (X_j), El [C][dv] (E) and a
- * slab Ab [C][ks] (Wr, Q, then Mq, ks columns at a time). One LT x LT tile of O an item: the host
- * launches at least ceil(C / LT) ceil(dv / LT) items. */
+/* cp_out without g: O = Q X_j + Mq (Y - Wr X_j). Local, in rows of dv4 = UP4(dv) floats: Xl
+ * [dk][dv4] (X_j), El [C][dv4] (E) and a slab Ab [C][ks] (Wr, Q, then Mq, ks columns at a time).
+ * One LT x LT tile of O an item: the host launches at least ceil(C / LT) ceil(dv / LT) items. */
 __kernel void cp_out_local(__global const int *restrict starts, int nch, __global const float *restrict q,
                            __global const float *restrict Wr, __global const float *restrict Y,
                            __global const float *restrict Mq, int residual, __global const float *restrict Xs,
                            __global float *restrict o, int T, int H, int dk, int dv, int C, int ks,
-                           __local float *Xl, __local float *El, __local float *Ab) {
+                           __local float4 *Xl4, __local float4 *El4, __local float4 *Ab4) {
+    __local float *Xl = (__local float *)Xl4, *El = (__local float *)El4, *Ab = (__local float *)Ab4;
     const int grp = get_group_id(0), bh = grp / nch, ci = grp % nch, b = bh / H, h = bh % H;
-    const int lid = get_local_id(0), wg = get_local_size(0);
+    const int lid = get_local_id(0), wg = get_local_size(0), dv4 = UP4(dv);
     const int ts = starts[ci], c = starts[ci + 1] - ts;
     const size_t tok = (size_t)bh * T + ts;
     __global const float *Q = q + tok * dk, *WR = Wr + tok * dk, *YY = Y + tok * dv, *Mc = Mq + tok * C;
     __global const float *X = Xs + (size_t)grp * dk * dv;
-    for (int e = lid; e < dk * dv; e += wg) Xl[e] = X[e];
+    for (int e = lid; e < dk * dv; e += wg) {
+        const int k = e / dv, j = e - k * dv;
+        Xl[k * dv4 + j] = X[e];
+    }
     const int NI = (c + LT - 1) / LT, NJ = (dv + LT - 1) / LT, ti = lid / NJ, tj = lid - ti * NJ;
     const int mine = lid < NI * NJ;
-    float acc[LT * LT], acc2[LT * LT];
+    float4 acc[LT], acc2[LT];
     if (residual) { /* E = Y - Wr X */
-        lt_slabs(acc, WR, dk, dk, Ab, ks, Xl, dv, c, ti, tj, NI, NJ, mine);
+        lt_slabs(acc, WR, dk, dk, Ab, ks, Xl, dv4, c, ti, tj, mine, 0);
         if (mine)
             for (int r = 0; r < LT; r++)
                 for (int s2 = 0; s2 < LT; s2++) {
-                    const int i = ti + r * NI, j = tj + s2 * NJ;
-                    if (i < c && j < dv) El[i * dv + j] = YY[(size_t)i * dv + j] - acc[r * LT + s2];
+                    const int i = LT * ti + r, j = LT * tj + s2;
+                    if (i < c && j < dv) El[i * dv4 + j] = YY[(size_t)i * dv + j] - F4_AT(acc[r], s2);
                 }
     } else
-        for (int e = lid; e < c * dv; e += wg) El[e] = YY[e];
-    lt_slabs(acc, Q, dk, dk, Ab, ks, Xl, dv, c, ti, tj, NI, NJ, mine);  /* Q X */
-    lt_slabs(acc2, Mc, C, c, Ab, ks, El, dv, c, ti, tj, NI, NJ, mine); /* Mq E (Mq is 0 above its diagonal) */
+        for (int e = lid; e < c * dv; e += wg) {
+            const int t = e / dv, j = e - t * dv;
+            El[t * dv4 + j] = YY[e];
+        }
+    lt_slabs(acc, Q, dk, dk, Ab, ks, Xl, dv4, c, ti, tj, mine, 0);  /* Q X */
+    lt_slabs(acc2, Mc, C, c, Ab, ks, El, dv4, c, ti, tj, mine, 1); /* Mq E (Mq is 0 above its diagonal) */
     if (mine)
         for (int r = 0; r < LT; r++)
             for (int s2 = 0; s2 < LT; s2++) {
-                const int i = ti + r * NI, j = tj + s2 * NJ;
-                if (i < c && j < dv) o[vla_bthd(b, ts + i, h, j, T, H, dv)] = acc[r * LT + s2] + acc2[r * LT + s2];
+                const int i = LT * ti + r, j = LT * tj + s2;
+                if (i < c && j < dv) o[vla_bthd(b, ts + i, h, j, T, H, dv)] = F4_AT(acc[r], s2) + F4_AT(acc2[r], s2);
             }
 }
 #endif
