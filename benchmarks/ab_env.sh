@@ -15,7 +15,9 @@
 #   --build DIR        the build folder holding tools/vla-bench (and tools/vla-check)
 #   --settings LIST    settings separated by ';', each one or more VAR=VALUE separated by spaces
 #                      (VALUE of letters, digits and . _ : / + -); "-" is the defaults (e.g.
-#                      "-;VLA_OPENCL_CP_FP64=0;VLA_OPENCL_CP_ACHUNK=64")
+#                      "-;VLA_OPENCL_CP_FP64=0;VLA_OPENCL_CP_ACHUNK=64"); AB_BUILD=DIR runs that
+#                      setting with DIR's tools instead of --build's (two commits' builds, e.g.
+#                      "-;AB_BUILD=/tmp/b0" with .baseline from fetch_device_deps.sh built there)
 #   --rows LIST        B,H,d,T[,T...] separated by ';' (default "1,4,32,2048,8192,32768;8,16,64,2048,8192")
 #   --backend NAME     the backend the settings apply to (default opencl:0:0)
 #   --baseline NAME    timed once a row beside them, e.g. cuda; "none" for none (default none)
@@ -80,7 +82,12 @@ for s in "${_sets[@]}"; do
   s=$(echo "$s" | xargs)
   [ -n "$s" ] || continue
   if [ "$s" != - ]; then
-    for kv in $s; do [[ $kv =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9._:/+-]*$ ]] || die "--settings: '$kv' is not VAR=VALUE"; done
+    for kv in $s; do
+      [[ $kv =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9._:/+-]*$ ]] || die "--settings: '$kv' is not VAR=VALUE"
+      [[ $kv != AB_BUILD=* ]] || [ -x "${kv#AB_BUILD=}/tools/vla-bench" ] || die "--settings: no ${kv#AB_BUILD=}/tools/vla-bench"
+      [[ $kv != AB_BUILD=* ]] || ((CHECK == 0)) || [ -x "${kv#AB_BUILD=}/tools/vla-check" ] ||
+        die "--check: no ${kv#AB_BUILD=}/tools/vla-check"
+    done
   fi
   SET_LIST+=("$s")
 done
@@ -99,7 +106,8 @@ done
 mkdir -p "$OUTD" || die "cannot make $OUTD"
 
 say() { echo "[ab_env $SECONDS s] $*" >&2; }
-envs() { [ "$1" = - ] && return; echo "$1"; } # a setting as env arguments ("-": none)
+envs() { [ "$1" = - ] && return; echo "$1" | tr ' ' '\n' | grep -v '^AB_BUILD=' | tr '\n' ' '; } # as env arguments
+bdir() { local kv; for kv in $1; do [[ $kv == AB_BUILD=* ]] && { echo "${kv#AB_BUILD=}"; return; }; done; echo "$BDIR"; }
 tag() { echo "${1// /+}"; }                     # a setting as one CSV field and table header
 TAGS=""
 for s in "${SET_LIST[@]}"; do TAGS="$TAGS${TAGS:+,}$(tag "$s")"; done
@@ -113,7 +121,7 @@ if ((CHECK)); then
   : > "$OUTD/checks.txt"
   for s in "${SET_LIST[@]}"; do
     # shellcheck disable=SC2046
-    out=$(env $(envs "$s") "$BDIR/tools/vla-check" --backend "$BE" --mechanism "$MECH" --algo "$ALGO" 2>&1)
+    out=$(env $(envs "$s") "$(bdir "$s")/tools/vla-check" --backend "$BE" --mechanism "$MECH" --algo "$ALGO" 2>&1)
     rc=$?
     { echo "\$ $s vla-check --backend $BE --mechanism $MECH --algo $ALGO"; echo "$out"; echo; } >> "$OUTD/checks.txt"
     say "check $s: $(echo "$out" | tail -n 1)"
@@ -121,13 +129,14 @@ if ((CHECK)); then
   done
 fi
 
-# bench SETTING_TAG BACKEND B H d TLIST [VAR=VALUE...]: one vla-bench call, its rows into ab.csv.
-# A failed call or a point without a median (vla-bench skipped it: budget, memory) fails the run.
+# bench SETTING_TAG BUILD BACKEND B H d TLIST [VAR=VALUE...]: one vla-bench call, its rows into
+# ab.csv. A failed call or a point without a median (vla-bench skipped it: budget, memory) fails
+# the run.
 bench() {
-  local tag=$1 be=$2 b=$3 h=$4 d=$5 t=$6
-  shift 6
+  local tag=$1 bd=$2 be=$3 b=$4 h=$5 d=$6 t=$7
+  shift 7
   local out rc rows timed
-  out=$(env "$@" "$BDIR/tools/vla-bench" --backend "$be" --mechanism "$MECH" --algo "$ALGO" -B "$b" -H "$h" -d "$d" \
+  out=$(env "$@" "$bd/tools/vla-bench" --backend "$be" --mechanism "$MECH" --algo "$ALGO" -B "$b" -H "$h" -d "$d" \
     -T "$t" -r "$REPS" --warmup "$WARM" --budget "$BUDGET" --output csv 2> "$OUTD/last-stderr.txt")
   rc=$?
   rows=$(echo "$out" | grep -v '^backend' | grep .)
@@ -145,12 +154,12 @@ for r in "${ROW_LIST[@]}"; do
     for s in "${SET_LIST[@]}"; do
       say "$b,$h,$d T=$t pass $p: $s"
       # shellcheck disable=SC2046
-      bench "$(tag "$s")" "$BE" "$b" "$h" "$d" "$t" $(envs "$s")
+      bench "$(tag "$s")" "$(bdir "$s")" "$BE" "$b" "$h" "$d" "$t" $(envs "$s")
     done
   done
   if [ "$BASE" != none ]; then
     say "$b,$h,$d T=$t baseline $BASE"
-    bench baseline "$BASE" "$b" "$h" "$d" "$t"
+    bench baseline "$BDIR" "$BASE" "$b" "$h" "$d" "$t"
   fi
 done
 
@@ -161,7 +170,7 @@ if ((PROFILE)); then
     for s in "${SET_LIST[@]}"; do
       echo "== $s: ($b,$h,$d) T = $t, one call after one warm-up (the sums cover both)" >> "$OUTD/profile.txt"
       # shellcheck disable=SC2046
-      env $(envs "$s") VLA_OPENCL_PROFILE=1 VLA_CUDA_KERNEL_TIMES=1 "$BDIR/tools/vla-bench" --backend "$BE" \
+      env $(envs "$s") VLA_OPENCL_PROFILE=1 VLA_CUDA_KERNEL_TIMES=1 "$(bdir "$s")/tools/vla-bench" --backend "$BE" \
         --mechanism "$MECH" --algo "$ALGO" -B "$b" -H "$h" -d "$d" -T "$t" -r 1 --warmup 1 --output csv 2>&1 |
         grep -Ei 'profile|kernel' >> "$OUTD/profile.txt"
     done

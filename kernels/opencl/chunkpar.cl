@@ -612,8 +612,8 @@ __kernel void cp_out(__global const int *restrict starts, int nch, __global cons
 /* acc[r] += sum_{p < kd} A(i0 + r, p) B(p, j0 .. j0 + 3) for the item's tile i0 = LT ti, j0 = LT tj
  * (rows past m clamped: the caller drops them); A [.][lda] and B [.][ldb] row-major in local
  * memory, 16-byte aligned, lda and ldb multiples of 4, B's rows at least j0 + 4 long. Steps of 4
- * p read float4s: a step's 4 rows of A and 4 of B, 8 loads for 64 multiply-adds (the scalar form,
- * a column of A and a row of B a p, made 8 loads for 16). Items of one warp share ti (A's loads
+ * p read float4s: a step's 4 rows of A and 4 of B, 8 loads for 64 multiply-adds (scalar loads, a
+ * column of A and a row of B a p, would take 8 for 16). Items of one warp share ti (A's loads
  * broadcast) and take consecutive tj (B's along a row). */
 void lt_tile(float4 *acc, __local const float *A, int lda, __local const float *B, int ldb, int ti, int tj, int m,
              int kd) {
@@ -922,9 +922,9 @@ void lt_unit_inverse(__local float *Tl, int C, int c, __local float *scr) {
     }
 }
 
-/* Dst[i ldd + t] = S[t lds + i] (i < n, t < c): a c x n block of a row-major global array,
+/* D[i ldd + t] = S[t lds + i] (i < n, t < c): a c x n block of a row-major global array,
  * transposed into local memory. Items take consecutive t, so the local stores fall in distinct
- * banks (along i they were 64 floats apart at C = 64: one bank, a 32-way conflict a store), and
+ * banks (items along i would store 64 floats apart at C = 64: one bank, a 32-way conflict), and
  * read 4 entries of a row a step (a float4 where rows are 16-byte aligned). */
 void stage_transposed(__local float *D, int ldd, __global const float *S, int lds, int n, int c) {
     const int lid = get_local_id(0), wg = get_local_size(0), nb = (n + 3) / 4;
