@@ -195,11 +195,14 @@ static vla_status local_plan(vla_backend *b, ocl_cp_call *c) {
     return s;
 }
 
+/* Bytes of chunkpar.cl's real_t: its A part's matrices (Gram slots, Cholesky pieces). */
+static size_t cp_real_size(const ocl_ctx *ctx) { return ctx->cp_fp64 ? sizeof(double) : sizeof(float); }
+
 /* VLA's A part on GPUs (apart_plan): cp_gram_local where dk <= 64 and the chunk's U fits local
  * memory; cp_apart_local where its arrays fit (apart_local_bytes) for pieces of at most 64 tokens
  * (a tile of G an item); cp_aend_local where M and L^{-1} fit as packed triangles. */
 static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
-    const size_t rs = ctx->cp_fp64 ? sizeof(double) : sizeof(float), dk = (size_t)dk_, C = (size_t)Ca;
+    const size_t rs = cp_real_size(ctx), dk = (size_t)dk_, C = (size_t)Ca;
     return rs * (dk * (dk + 1) / 2 + dk * (C + 1) + C * (C + 1) / 2);
 }
 /* cp_apart_local's piece: each chunk's A part in ppc pieces of at most Ca tokens, Ca = C up to 64
@@ -240,7 +243,7 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, want, &wg);
         if (s == VLA_OK && wg == (size_t)want) c->apart_local = want, c->Ca = Ca, c->ppc = ppc;
     }
-    const size_t rs = ctx->cp_fp64 ? sizeof(double) : sizeof(float);
+    const size_t rs = cp_real_size(ctx);
     if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {
         s = ocl_kernel(b, OCL_K_CP_AEND_LOCAL, &k);
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_AEND_LOCAL, 256, &wg);
@@ -274,7 +277,7 @@ vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_ar
             vla_status s = ocl_kernel(b, a_ids[i], &k);
             if (s != VLA_OK) return s;
         }
-    const size_t f = sizeof(float), rs = ctx->cp_fp64 ? sizeof(double) : sizeof(float);
+    const size_t f = sizeof(float), rs = cp_real_size(ctx);
     const size_t BH = (size_t)c->BH, nch = (size_t)c->nch, dk = (size_t)c->dk, dv = (size_t)c->dv, C = (size_t)c->C;
     vla_status s = c->mode == 2 ? apart_plan(b, c) : VLA_OK;
     if (s != VLA_OK) return s;
@@ -357,7 +360,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
         if (c->apart_local) {
-            const size_t rs = ctx->cp_fp64 ? sizeof(double) : sizeof(float);
+            const size_t rs = cp_real_size(ctx);
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_LOCAL);
             const int Ca = c->Ca;
             m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->ppc), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(AL)),
@@ -372,7 +375,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             TRY(cp_run(&ap, chunks, cw));
         }
         if (a->A_out && c->aend_local) {
-            const size_t rs = ctx->cp_fp64 ? sizeof(double) : sizeof(float), tri = rs * (size_t)dk * (dk + 1) / 2;
+            const size_t rs = cp_real_size(ctx), tri = rs * (size_t)dk * (dk + 1) / 2;
             ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND_LOCAL);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             ocl_launch_arg(&e, tri, NULL), ocl_launch_arg(&e, tri, NULL);
