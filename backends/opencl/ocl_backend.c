@@ -296,6 +296,7 @@ static const struct {
     [OCL_K_CP_WALK_LOCAL64_4] = {"cp_walk_local64_4", OCL_FAM_CHUNKPAR_CAPPED},
     [OCL_K_CP_APART_LOCAL] = {"cp_apart_local", OCL_FAM_CHUNKPAR},
     [OCL_K_CP_AEND_LOCAL] = {"cp_aend_local", OCL_FAM_CHUNKPAR},
+    [OCL_K_CP_APART_SEG] = {"cp_apart_seg", OCL_FAM_CHUNKPAR},
 };
 
 static const char *const family_file[OCL_NFAM] = {

@@ -205,6 +205,69 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
     const size_t rs = cp_real_size(ctx), dk = (size_t)dk_, C = (size_t)Ca;
     return rs * (dk * (dk + 1) / 2 + dk * (C + 1) + C * (C + 1) / 2);
 }
+/* cp_gram_local where the chunk's U fits local memory. */
+static vla_status gram_plan(vla_backend *b, ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    cl_kernel k;
+    size_t wg = 0;
+    vla_status s = VLA_OK;
+    if (sizeof(float) * (size_t)c->C * c->dk + LOCAL_SPARE <= ctx->local_mem) {
+        s = ocl_kernel(b, OCL_K_CP_GRAM_LOCAL, &k);
+        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_GRAM_LOCAL, 256, &wg);
+        if (s == VLA_OK) c->gram_wg = (int)wg;
+    }
+    return s;
+}
+
+/* cp_apart_seg's arena (chunkpar.cl): A [dk][dk4], Ut [dk][c4], Gl [Ca][c4], Zl [Ca][dk4], PT
+ * [4][Ca + dk], Dg [c4] floats, or A and the start's two packed triangles of real_t. */
+static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
+    const size_t dk = (size_t)dk_, d4 = up4(dk_), c4 = up4(Ca), C = (size_t)Ca;
+    const size_t piece = sizeof(float) * (dk * d4 + dk * c4 + C * c4 + C * d4 + 4 * (C + dk) + c4);
+    const size_t start = sizeof(float) * dk * d4 + 2 * cp_real_size(ctx) * dk * (dk + 1) / 2;
+    return piece > start ? piece : start;
+}
+
+/* VLA's A part carried over segments (cp_apart_seg, a group a segment of S chunks of a head):
+ * each group inverts M once, at its segment's start, then takes Woodbury's step a piece of Ca
+ * tokens (the largest of 64, 32, 16, at most C, whose arena fits). Longer segments do fewer
+ * inversions but leave fewer groups: S is the power of two that minimises waves x (pieces a
+ * segment + r), r the inversion's cost in pieces (about dk / 16), with 4 groups a compute unit
+ * a wave (as CUDA's chunkpar_seg, which counts 2 blocks a multiprocessor). VLA_OPENCL_CP_SEG=S
+ * sets S (0: cp_apart_local's pieces instead); VLA_OPENCL_CP_ACHUNK=N the piece. */
+static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
+    ocl_ctx *ctx = b->context;
+    const char *env = getenv("VLA_OPENCL_CP_SEG"), *force = getenv("VLA_OPENCL_CP_ACHUNK");
+    const int want = env && env[0] ? atoi(env) : -1;
+    if (want == 0) return VLA_OK;
+    int Ca = c->C < 64 ? c->C : 64;
+    if (force && atoi(force) >= 1 && atoi(force) < Ca) Ca = atoi(force);
+    while (Ca > 16 && seg_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
+    const size_t bytes = seg_local_bytes(ctx, c->dk, Ca);
+    if (bytes + LOCAL_SPARE > ctx->local_mem) return VLA_OK;
+    cl_kernel k;
+    size_t wg = 0;
+    vla_status s = ocl_kernel(b, OCL_K_CP_APART_SEG, &k);
+    if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_SEG, 256, &wg);
+    if (s != VLA_OK || wg != 256) return s;
+    int S = 1;
+    if (want >= 1)
+        S = want < c->nch ? want : c->nch;
+    else {
+        const double r = c->dk / 16.0, per_piece = (double)c->C / Ca;
+        const long long slots = 4LL * (ctx->compute_units ? ctx->compute_units : 1);
+        double best = 0;
+        for (int t = 1;; t *= 2) {
+            const long long groups = (long long)c->BH * ((c->nch + t - 1) / t);
+            const double cost = (double)((groups + slots - 1) / slots) * (t * per_piece + r);
+            if (t == 1 || cost < best) S = t, best = cost;
+            if (t >= c->nch) break;
+        }
+    }
+    c->apart_seg = S, c->Ca = Ca, c->seg_bytes = bytes;
+    return VLA_OK;
+}
+
 /* cp_apart_local's piece: each chunk's A part in ppc pieces of at most Ca tokens, Ca = C up to 64
  * (32 at dk <= 32) where its arrays fit, else the longest power of two down to 16 that fits (at
  * dk = 64: 64 in float, 32 in fp64). On an H200, VLA chunked ms: at (1,4,32) T = 2048, 8192,
@@ -222,18 +285,18 @@ static size_t apart_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * compute units). VLA_OPENCL_CP_APART_WG=64|128|256 sets it. */
 static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
-    c->gram_wg = c->apart_local = c->aend_local = 0;
+    c->gram_wg = c->apart_local = c->aend_local = c->apart_seg = 0;
     c->Ca = c->C, c->ppc = 1;
     if (!ctx->cp_gpu || c->dk > 64 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
     cl_kernel k;
     size_t wg = 0;
-    vla_status s = VLA_OK;
+    vla_status s = seg_plan(b, c);
     const char *force = getenv("VLA_OPENCL_CP_ACHUNK");
     const int Cmax = c->dk <= 32 ? 32 : 64, Clim = c->C < 64 ? c->C : 64;
     int Ca = c->C < Cmax ? c->C : Cmax;
     if (force && atoi(force) >= 1) Ca = atoi(force) < Clim ? atoi(force) : Clim;
     while (Ca > 16 && apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
-    if (apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE <= ctx->local_mem) {
+    if (s == VLA_OK && !c->apart_seg && apart_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE <= ctx->local_mem) {
         s = ocl_kernel(b, OCL_K_CP_APART_LOCAL, &k);
         const int ppc = (c->C + Ca - 1) / Ca;
         const long long groups = (long long)c->BH * c->nch * ppc;
@@ -249,12 +312,7 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_AEND_LOCAL, 256, &wg);
         if (s == VLA_OK) c->aend_local = wg == 256;
     }
-    if (s == VLA_OK && sizeof(float) * (size_t)c->C * c->dk + LOCAL_SPARE <= ctx->local_mem) {
-        s = ocl_kernel(b, OCL_K_CP_GRAM_LOCAL, &k);
-        if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_GRAM_LOCAL, 256, &wg);
-        if (s == VLA_OK) c->gram_wg = (int)wg;
-    }
-    return s;
+    return s == VLA_OK ? gram_plan(b, c) : s;
 }
 
 vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c) {
@@ -359,7 +417,15 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         ocl_launch p = ocl_launch_start(b, OCL_K_CP_PREFIX);
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
-        if (c->apart_local) {
+        if (c->apart_seg) {
+            const int nseg = (nch + c->apart_seg - 1) / c->apart_seg;
+            ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_SEG);
+            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->apart_seg), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)),
+                m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, c->Ca), f_(&ap, (float)d->u_scale),
+                f_(&ap, (float)d->eps), f_(&ap, (float)(1.0 / d->lambda0));
+            ocl_launch_arg(&ap, c->seg_bytes, NULL);
+            TRY(ocl_launch_run(&ap, BH * (size_t)nseg, 256));
+        } else if (c->apart_local) {
             const size_t rs = cp_real_size(ctx);
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_LOCAL);
             const int Ca = c->Ca;

@@ -88,6 +88,7 @@ typedef enum ocl_kernel_id {
     OCL_K_CP_WALK_LOCAL64_4,
     OCL_K_CP_APART_LOCAL, /* cp_apart and cp_aend in local memory (GPUs, where their arrays fit) */
     OCL_K_CP_AEND_LOCAL,
+    OCL_K_CP_APART_SEG, /* cp_apart over segments of chunks, A carried (GPUs, dk <= 64) */
     OCL_NK
 } ocl_kernel_id;
 
@@ -240,7 +241,9 @@ typedef struct ocl_cp_call {
     int apart_local; /* cp_apart_local's items a group (128 or 256; 0: cp_apart) */
     int aend_local;  /* cp_aend_local (256 items) in place of cp_aend */
     int Ca, ppc;     /* cp_apart_local: each chunk in ppc pieces of at most Ca tokens (C and 1 unless
-                        its arrays need them shorter to fit local memory) */
+                        its arrays need them shorter to fit local memory); cp_apart_seg: pieces of Ca */
+    int apart_seg;   /* cp_apart_seg over segments of this many chunks (0: not taken) */
+    size_t seg_bytes; /* and its local arena */
     cl_mem kr, w, q, v, g, o, starts;
 } ocl_cp_call;
 vla_status ocl_cp_plan(vla_backend *b, const vla_attn_desc *d, const vla_attn_args *a, ocl_cp_call *c);

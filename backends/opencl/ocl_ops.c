@@ -95,7 +95,7 @@ const char *const ocl_kernel_names[OCL_NK + 1] = {
     "dp_grad_prep", "grad_dp (local dS)", "cp_gram", "cp_prefix", "cp_apart", "cp_aend", "cp_sfac", "cp_walk",
     "cp_out", "cp_nsum", "cp_norm", "softmax_rb64", "softmax_rb128", "grad_chunk", "grad_chunk (local)",
     "cp_walk_local64_16", "cp_sfac_local", "cp_out_local", "cp_gram_local", "cp_walk_local8", "cp_walk_local4",
-    "cp_walk_local2", "cp_walk_local64_8", "cp_walk_local64_4", "cp_apart_local", "cp_aend_local",
+    "cp_walk_local2", "cp_walk_local64_8", "cp_walk_local64_4", "cp_apart_local", "cp_aend_local", "cp_apart_seg",
     "CLBlast sgemm",
 };
 

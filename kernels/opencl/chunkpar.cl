@@ -13,6 +13,7 @@
  *             Z^T = L^{-T} Y; Z = Lg^{-1} Z; a_t = normalize(z_t / (s_u Lg_tt)) (row t of
  *             Lg^{-1} U A0 is A_t u_t sqrt(delta_t) / delta_t, Sherman-Morrison; VLA-MATH 2.3)
  *   cp_aend   per head: A_end = M_total^{-1}, the float state out
+ * (on GPUs cp_apart_seg instead takes a segment of chunks a group, A carried over it).
  * Matrices live in global scratch, one slice per (head, chunk) (chunks up to 1024 tokens, d up
  * to 256 do not fit local memory); on GPUs, where they fit, the *_local kernels further down hold
  * them in local memory instead. real_t is double where the device has fp64 (common.cl), except
@@ -648,6 +649,24 @@ void lt_zero(float4 *acc) {
 /* n rounded up to a multiple of 4: the row length of the local arrays lt_tile reads. */
 #define UP4(n) (((n) + 3) & ~3)
 
+/* D[i ldd + t] = S[t lds + i] (i < n, t < c): a c x n block of a row-major global array,
+ * transposed into local memory. Items take consecutive t, so the local stores fall in distinct
+ * banks (items along i would store 64 floats apart at C = 64: one bank, a 32-way conflict), and
+ * read 4 entries of a row a step (a float4 where rows are 16-byte aligned). */
+void stage_transposed(__local float *D, int ldd, __global const float *S, int lds, int n, int c) {
+    const int lid = get_local_id(0), wg = get_local_size(0), nb = (n + 3) / 4;
+    const int vec = ((lds | n) & 3) == 0; /* S itself is a token's row start: aligned when lds is */
+    for (int e = lid; e < c * nb; e += wg) {
+        const int t = e % c, i = 4 * (e / c);
+        __global const float *st = S + (size_t)t * lds + i;
+        if (vec) {
+            const float4 x = *(__global const float4 *)st;
+            D[i * ldd + t] = x.x, D[(i + 1) * ldd + t] = x.y, D[(i + 2) * ldd + t] = x.z, D[(i + 3) * ldd + t] = x.w;
+        } else
+            for (int r = 0; r < 4 && i + r < n; r++) D[(i + r) * ldd + t] = st[r];
+    }
+}
+
 /* cp_gram on GPUs (dk <= 64, the chunk's U in local memory, Ul [C][dk] float): the global form's
  * row updates took 5.3 ms of a 48 ms VLA call at (8,16,64) T = 8192 on an H100. Items take
  * LT x LT tiles of U^T U, in real_t. */
@@ -723,6 +742,23 @@ void lchol_packed(__local real_t *A, int n) {
     }
 }
 
+/* Lp: an SPD matrix's lower triangle, packed, becomes its Cholesky factor L, and Xp = L^{-1}
+ * (packed; X row by row from the rows above, a barrier a row), so the inverse is X^T X. Ends with
+ * a barrier. */
+void lspd_inverse_factor(__local real_t *Lp, __local real_t *Xp, int dk) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    lchol_packed(Lp, dk);
+    for (int r = 0; r < dk; r++) {
+        const real_t inv = 1 / Lp[PK(r, r)];
+        for (int col = lid; col <= r; col += wg) {
+            real_t x = col == r ? 1 : 0;
+            for (int p = col; p < r; p++) x -= Lp[PK(r, p)] * Xp[PK(p, col)];
+            Xp[PK(r, col)] = x * inv;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 /* cp_aend on GPUs where M and L^{-1} fit local memory as packed lower triangles (dk = 64 in fp64:
  * 33 KB): the global form's serial steps took 0.08 ms of a 1.1 ms VLA call at (1,4,32) T = 2048
  * on an H100. Lp: M, then L; Xp: X = L^{-1} row by row; A_end = X^T X. One group a head. */
@@ -736,16 +772,7 @@ __kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk,
         if (j <= i) Lp[PK(i, j)] = Mt[e];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    lchol_packed(Lp, dk);
-    for (int r = 0; r < dk; r++) { /* X = L^{-1}, row r from the rows above */
-        const real_t inv = 1 / Lp[PK(r, r)];
-        for (int col = lid; col <= r; col += wg) {
-            real_t x = col == r ? 1 : 0;
-            for (int p = col; p < r; p++) x -= Lp[PK(r, p)] * Xp[PK(p, col)];
-            Xp[PK(r, col)] = x * inv;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    lspd_inverse_factor(Lp, Xp, dk);
     for (int e = lid; e < dk * dk; e += wg) { /* A = X^T X */
         const int i = e / dk, j = e - i * dk;
         real_t x = 0;
@@ -868,6 +895,204 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
     }
 }
 
+/* ---- VLA's A part carried over segments (GPUs; the host's choice, apart_plan) ---- */
+
+/* acc[r] += sum_{p < kd} At(p, i0 + r) B(p, j0 .. j0 + 3), i0 = LT ti, j0 = LT tj: lt_tile with A
+ * given transposed, At [kd][lda], so a step's 4 rows of A are one float4 of At's row p: 2 loads
+ * for 16 multiply-adds. Both 16-byte aligned, lda and ldb multiples of 4; At's rows at least
+ * i0 + 4 long (entries past the caller's rows are read and dropped). Items of one warp share ti
+ * (At's loads broadcast) and take consecutive tj. */
+void lt_tile_tn(float4 *acc, __local const float *At, int lda, __local const float *B, int ldb, int ti, int tj,
+                int kd) {
+    const int i0 = LT * ti, j0 = LT * tj;
+#pragma unroll 4
+    for (int p = 0; p < kd; p++) {
+        const float4 a = *(__local const float4 *)(At + p * lda + i0), b = *(__local const float4 *)(B + p * ldb + j0);
+        acc[0] = fma((float4)(a.x), b, acc[0]);
+        acc[1] = fma((float4)(a.y), b, acc[1]);
+        acc[2] = fma((float4)(a.z), b, acc[2]);
+        acc[3] = fma((float4)(a.w), b, acc[3]);
+    }
+}
+
+/* G = L L^T (c x c, the lower triangle of Gl, row stride ldg) and Z = L^{-1} Zl (c x dk, Zl
+ * row-major, stride ldz) in one factorisation: a Cholesky of the (c + dk) x c panel [G; Zl^T]
+ * leaves Z^T below L, so the solve takes no steps (barriers) of its own. Right-looking by panels
+ * of 4 columns: column k scaled (L's column k and Z's row k, final then), the panel's later
+ * columns updated, and after the panel's last column the trailing part's rank-4 update. Column k
+ * also goes to PT [4][c + dk] (G's rows at i, Z's at c + i), which the updates read: its entries
+ * broadcast or contiguous, where reading L's columns in Gl would put a warp on one bank. Z's
+ * updates run items along Zl's rows (contiguous). Dg[k] = L_kk. Pivots are floored at a tiny
+ * value (G = I + U A U^T >= I). Ends with a barrier. */
+void lchol_gz(__local float *Gl, int ldg, __local float *Zl, int ldz, int c, int dk, __local float *PT,
+              __local float *Dg) {
+    const int lid = get_local_id(0), wg = get_local_size(0), np = c + dk;
+    /* the trailing update's lanes: G's columns (32 or 64 items a row), Z's columns */
+    const int gw = c > 32 ? 64 : 32, gsh = c > 32 ? 6 : 5, zw = dk > 32 ? 64 : 32, zsh = dk > 32 ? 6 : 5;
+    for (int k0 = 0; k0 < c; k0 += 4) {
+        const int kend = min(k0 + 4, c);
+        for (int k = k0; k < kend; k++) {
+            __local float *pk = PT + (k - k0) * np;
+            /* every item reads the pivot; nobody writes it in this step */
+            const float d = sqrt(fmax(Gl[k * ldg + k], 1e-30f)), inv = 1.0f / d;
+            for (int e = k + 1 + lid; e < np; e += wg) {
+                float l;
+                if (e < c) {
+                    l = Gl[e * ldg + k] * inv;
+                    Gl[e * ldg + k] = l;
+                } else {
+                    l = Zl[k * ldz + e - c] * inv;
+                    Zl[k * ldz + e - c] = l;
+                }
+                pk[e] = l;
+            }
+            if (lid == 0) Dg[k] = d;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const int pw = kend - k - 1; /* the panel's later columns k + 1 .. kend - 1, rows past k */
+            if (pw > 0) {
+                for (int e = lid; e < (np - k - 1) * pw; e += wg) {
+                    const int r = e / pw, i = k + 1 + r, j = k + 1 + e - r * pw;
+                    if (i >= c) Zl[j * ldz + i - c] -= pk[i] * pk[j];
+                    else if (j <= i) Gl[i * ldg + j] -= pk[i] * pk[j];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+        }
+        if (kend < c) {
+            const int nu = kend - k0;
+            /* G: rows i >= kend, columns kend <= j <= i */
+            for (int i = kend + (lid >> gsh); i < c; i += wg >> gsh) {
+                const int j = kend + (lid & (gw - 1));
+                if (j > i) continue;
+                float x = 0.0f;
+                for (int u = 0; u < nu; u++) x += PT[u * np + i] * PT[u * np + j];
+                Gl[i * ldg + j] -= x;
+            }
+            /* Z: Zl's rows kend <= j < c, columns i < dk */
+            for (int j = kend + (lid >> zsh); j < c; j += wg >> zsh) {
+                const int i = lid & (zw - 1);
+                if (i >= dk) continue;
+                float x = 0.0f;
+                for (int u = 0; u < nu; u++) x += PT[u * np + c + i] * PT[u * np + j];
+                Zl[j * ldz + i] -= x;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+}
+
+/* VLA's A part, a group a segment of seg chunks of one head (groups = heads x segments), A
+ * carried over the segment's tokens, as the CUDA backend's apart_kernel. A at the segment start:
+ * A_0 = I / lambda0 in the first segment, else M_j^{-1} from the Gram prefix (Gr's slot j: its
+ * Cholesky, L^{-1} and X^T X, as cp_aend_local). Then, a piece of at most Ca tokens at a time
+ * (VLA-MATH 2.4, Woodbury):
+ *   UA = U A (c x dk), G = I + UA U^T = L L^T, Z = L^{-1} UA (lchol_gz),
+ *   a_t = normalize(z_t / (s_u L_tt))  (as cp_apart),   A <- A - Z^T Z.
+ * Against cp_apart_local (a group a piece, from M_j: M's Cholesky, G's, three triangular solves)
+ * a piece costs one Cholesky of G and three register-tile products, and M's Cholesky and inverse
+ * come once a segment. A is float (as CUDA's), the start's inverse real_t.
+ * Local, one arena (floats, rows padded to 4): A [dk][dk4], Ut [dk][c4] (the piece's U^T), Gl
+ * [Ca][c4] (G, then L), Zl [Ca][dk4] (UA, then Z), PT [4][Ca + dk], Dg [c4] (L's diagonal, then
+ * a_t's scale); the start's inverse uses two packed triangles of real_t after A (the host sizes
+ * the arena for both). The group has 256 items. */
+__kernel void cp_apart_seg(__global const int *restrict starts, int nch, int seg, __global const float *restrict uu,
+                           __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int Ca,
+                           float s_u, float eps, float inv_lambda, __local float4 *arena4) {
+    __local float *arena = (__local float *)arena4;
+    const int nseg = (nch + seg - 1) / seg, grp = get_group_id(0), bh = grp / nseg, g = grp - bh * nseg;
+    const int lid = get_local_id(0), wg = get_local_size(0), dk4 = UP4(dk), c4 = UP4(Ca), np = Ca + dk;
+    const int j0 = g * seg, t0 = starts[j0], t1 = starts[min(j0 + seg, nch)];
+    __local float *A = arena, *Ut = A + dk * dk4, *Gl = Ut + dk * c4, *Zl = Gl + Ca * c4, *PT = Zl + Ca * dk4;
+    __local float *Dg = PT + 4 * np;
+    __global const float *U = uu + (size_t)bh * T * dk;
+    if (g == 0) {
+        for (int e = lid; e < dk * dk4; e += wg) {
+            const int i = e / dk4, j = e - i * dk4;
+            A[e] = i == j ? inv_lambda : 0.0f;
+        }
+    } else {
+        __local real_t *Lp = (__local real_t *)Ut, *Xp = Lp + dk * (dk + 1) / 2;
+        __global const real_t *Mg = Gr + ((size_t)bh * (nch + 2) + j0) * dk * dk;
+        for (int e = lid; e < dk * dk; e += wg) {
+            const int i = e / dk, j = e - i * dk;
+            if (j <= i) Lp[PK(i, j)] = Mg[e];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        lspd_inverse_factor(Lp, Xp, dk);
+        for (int e = lid; e < dk * dk4; e += wg) { /* A = X^T X (padding columns 0) */
+            const int i = e / dk4, j = e - i * dk4;
+            real_t x = 0;
+            if (j < dk)
+                for (int p = max(i, j); p < dk; p++) x += Xp[PK(p, i)] * Xp[PK(p, j)];
+            A[e] = (float)x;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* Lp and Xp (Ut's place) read before U^T is staged */
+    }
+    const int NA = dk4 / LT; /* A's tiles a side */
+    for (int ts = t0; ts < t1; ts += Ca) {
+        const int c = min(Ca, t1 - ts), NI = (c + LT - 1) / LT;
+        if (ts == t0) { /* later pieces' U^T is staged with the previous piece's last step */
+            stage_transposed(Ut, c4, U + (size_t)ts * dk, dk, dk, c);
+            for (int e = lid; e < dk * (c4 - c); e += wg) Ut[(e / (c4 - c)) * c4 + c + e % (c4 - c)] = 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int tile = lid; tile < NI * NA; tile += wg) { /* UA = U A: rows t < c of Zl */
+            const int ti = tile / NA, tj = tile - ti * NA;
+            float4 acc[LT];
+            lt_zero(acc);
+            lt_tile_tn(acc, Ut, c4, A, dk4, ti, tj, dk);
+            for (int r = 0; r < LT; r++)
+                if (LT * ti + r < c) *(__local float4 *)(Zl + (LT * ti + r) * dk4 + LT * tj) = acc[r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int tile = lid; tile < NI * NI; tile += wg) { /* G = I + UA U^T, the lower tiles */
+            const int ti = tile / NI, tj = tile - ti * NI;
+            if (tj > ti) continue;
+            float4 acc[LT];
+            lt_zero(acc);
+            lt_tile(acc, Zl, dk4, Ut, c4, ti, tj, c, dk);
+            for (int r = 0; r < LT; r++)
+                for (int s2 = 0; s2 < LT; s2++) {
+                    const int i = LT * ti + r, j = LT * tj + s2;
+                    if (i < c && j <= i) Gl[i * c4 + j] = F4_AT(acc[r], s2) + (i == j ? 1.0f : 0.0f);
+                }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        lchol_gz(Gl, c4, Zl, dk4, c, dk, PT, Dg);
+        for (int t = lid; t < c; t += wg) { /* a_t's scale: x = z_t / (s_u L_tt), a_t = x / max(|x|, eps) */
+            const float sc = 1.0f / (s_u * Dg[t]);
+            float ss = 0.0f;
+            for (int i = 0, ii = t % dk; i < dk; i++, ii = ii + 1 == dk ? 0 : ii + 1) { /* skewed: distinct banks */
+                const float z = Zl[t * dk4 + ii];
+                ss += z * z;
+            }
+            Dg[t] = sc / fmax(fabs(sc) * sqrt(ss), eps);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __global float *at = Al + ((size_t)bh * T + ts) * dk;
+        for (int e = lid; e < c * dk; e += wg) {
+            const int t = e / dk, i = e - t * dk;
+            at[e] = Zl[t * dk4 + i] * Dg[t];
+        }
+        for (int tile = lid; tile < NA * NA; tile += wg) { /* A <- A - Z^T Z (Z's padding columns 0) */
+            const int ui = tile / NA, uj = tile - ui * NA;
+            float4 acc[LT];
+            lt_zero(acc);
+            lt_tile_tn(acc, Zl, dk4, Zl, dk4, ui, uj, c);
+            for (int r = 0; r < LT; r++)
+                if (LT * ui + r < dk) {
+                    __local float4 *a4 = (__local float4 *)(A + (LT * ui + r) * dk4 + LT * uj);
+                    *a4 -= acc[r];
+                }
+        }
+        if (ts + Ca < t1) { /* the next piece's U^T (Ut was last read by G's product) */
+            const int cn = min(Ca, t1 - ts - Ca);
+            stage_transposed(Ut, c4, U + (size_t)(ts + Ca) * dk, dk, dk, cn);
+            for (int e = lid; e < dk * (c4 - cn); e += wg) Ut[(e / (c4 - cn)) * c4 + cn + e % (c4 - cn)] = 0.0f;
+        }
+    }
+}
+
 /* Tl [C][C], strictly lower L in its first c rows and columns, becomes T = (I + L)^{-1} there (unit
  * lower, its zeros above the diagonal written), by blocks of 16 rows: each diagonal block inverted
  * by forward substitution, an item a column (16 steps in registers), then block row i's
@@ -919,24 +1144,6 @@ void lt_unit_inverse(__local float *Tl, int C, int c, __local float *scr) {
             Tl[(q0 + i) * C + jc] = -acc;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
-/* D[i ldd + t] = S[t lds + i] (i < n, t < c): a c x n block of a row-major global array,
- * transposed into local memory. Items take consecutive t, so the local stores fall in distinct
- * banks (items along i would store 64 floats apart at C = 64: one bank, a 32-way conflict), and
- * read 4 entries of a row a step (a float4 where rows are 16-byte aligned). */
-void stage_transposed(__local float *D, int ldd, __global const float *S, int lds, int n, int c) {
-    const int lid = get_local_id(0), wg = get_local_size(0), nb = (n + 3) / 4;
-    const int vec = ((lds | n) & 3) == 0; /* S itself is a token's row start: aligned when lds is */
-    for (int e = lid; e < c * nb; e += wg) {
-        const int t = e % c, i = 4 * (e / c);
-        __global const float *st = S + (size_t)t * lds + i;
-        if (vec) {
-            const float4 x = *(__global const float4 *)st;
-            D[i * ldd + t] = x.x, D[(i + 1) * ldd + t] = x.y, D[(i + 2) * ldd + t] = x.z, D[(i + 3) * ldd + t] = x.w;
-        } else
-            for (int r = 0; r < 4 && i + r < n; r++) D[(i + r) * ldd + t] = st[r];
     }
 }
 
