@@ -219,11 +219,11 @@ static vla_status gram_plan(vla_backend *b, ocl_cp_call *c) {
     return s;
 }
 
-/* cp_apart_seg's arena (chunkpar.cl): A [dk][dk4], Ut [dk][c4], Gl [Ca][c4], Zl [Ca][dk4], PT
- * [4][Ca + dk], Dg [c4] floats, or A and the start's two packed triangles of real_t. */
+/* cp_apart_seg's arena (chunkpar.cl): A [dk][dk4], Ut [dk][c4], Zl [Ca][dk4], PT [4][Ca + dk],
+ * Dg [c4], Gl [Ca][c4 + 1] floats, or A and the start's two packed triangles of real_t. */
 static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
     const size_t dk = (size_t)dk_, d4 = up4(dk_), c4 = up4(Ca), C = (size_t)Ca;
-    const size_t piece = sizeof(float) * (dk * d4 + dk * c4 + C * c4 + C * d4 + 4 * (C + dk) + c4);
+    const size_t piece = sizeof(float) * (dk * d4 + dk * c4 + C * (c4 + 1) + C * d4 + 4 * (C + dk) + c4);
     const size_t start = sizeof(float) * dk * d4 + 2 * cp_real_size(ctx) * dk * (dk + 1) / 2;
     return piece > start ? piece : start;
 }

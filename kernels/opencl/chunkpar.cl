@@ -991,9 +991,9 @@ void lchol_gz(__local float *Gl, int ldg, __local float *Zl, int ldz, int c, int
  * Against cp_apart_local (a group a piece, from M_j: M's Cholesky, G's, three triangular solves)
  * a piece costs one Cholesky of G and three register-tile products, and M's Cholesky and inverse
  * come once a segment. A is float (as CUDA's), the start's inverse real_t.
- * Local, one arena (floats, rows padded to 4): A [dk][dk4], Ut [dk][c4] (the piece's U^T), Gl
- * [Ca][c4] (G, then L), Zl [Ca][dk4] (UA, then Z), PT [4][Ca + dk], Dg [c4] (L's diagonal, then
- * a_t's scale); the start's inverse uses two packed triangles of real_t after A (the host sizes
+ * Local, one arena (floats, rows padded to 4): A [dk][dk4], Ut [dk][c4] (the piece's U^T), Zl
+ * [Ca][dk4] (UA, then Z), PT [4][Ca + dk], Dg [c4] (L's diagonal, then a_t's scale), Gl
+ * [Ca][c4 + 1] (G, then L); the start's inverse uses two packed triangles of real_t after A (the host sizes
  * the arena for both). The group has 256 items. */
 __kernel void cp_apart_seg(__global const int *restrict starts, int nch, int seg, __global const float *restrict uu,
                            __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int Ca,
@@ -1002,8 +1002,9 @@ __kernel void cp_apart_seg(__global const int *restrict starts, int nch, int seg
     const int nseg = (nch + seg - 1) / seg, grp = get_group_id(0), bh = grp / nseg, g = grp - bh * nseg;
     const int lid = get_local_id(0), wg = get_local_size(0), dk4 = UP4(dk), c4 = UP4(Ca), np = Ca + dk;
     const int j0 = g * seg, t0 = starts[j0], t1 = starts[min(j0 + seg, nch)];
-    __local float *A = arena, *Ut = A + dk * dk4, *Gl = Ut + dk * c4, *Zl = Gl + Ca * c4, *PT = Zl + Ca * dk4;
-    __local float *Dg = PT + 4 * np;
+    const int ldg = c4 + 1; /* Gl's rows: odd, so lchol_gz's column reads fall in distinct banks */
+    __local float *A = arena, *Ut = A + dk * dk4, *Zl = Ut + dk * c4, *PT = Zl + Ca * dk4, *Dg = PT + 4 * np;
+    __local float *Gl = Dg + c4; /* last: the float4 arrays before it stay 16-byte aligned */
     __global const float *U = uu + (size_t)bh * T * dk;
     if (g == 0) {
         for (int e = lid; e < dk * dk4; e += wg) {
@@ -1054,11 +1055,11 @@ __kernel void cp_apart_seg(__global const int *restrict starts, int nch, int seg
             for (int r = 0; r < LT; r++)
                 for (int s2 = 0; s2 < LT; s2++) {
                     const int i = LT * ti + r, j = LT * tj + s2;
-                    if (i < c && j <= i) Gl[i * c4 + j] = F4_AT(acc[r], s2) + (i == j ? 1.0f : 0.0f);
+                    if (i < c && j <= i) Gl[i * ldg + j] = F4_AT(acc[r], s2) + (i == j ? 1.0f : 0.0f);
                 }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        lchol_gz(Gl, c4, Zl, dk4, c, dk, PT, Dg);
+        lchol_gz(Gl, ldg, Zl, dk4, c, dk, PT, Dg);
         for (int t = lid; t < c; t += wg) { /* a_t's scale: x = z_t / (s_u L_tt), a_t = x / max(|x|, eps) */
             const float sc = 1.0f / (s_u * Dg[t]);
             float ss = 0.0f;
