@@ -219,6 +219,12 @@ static vla_status gram_plan(vla_backend *b, ocl_cp_call *c) {
     return s;
 }
 
+/* cp_apart_seg's first segment: the chunks that hold the first dk tokens (chunkpar.cl says why). */
+static int seg_first(const ocl_cp_call *c) {
+    const int f = (c->dk + c->C - 1) / c->C;
+    return f < c->nch ? f : c->nch;
+}
+
 /* cp_apart_seg's arena (chunkpar.cl): A [dk][dk4], Ut [dk][c4], Zl [Ca][dk4], PT [4][Ca + dk],
  * Dg [c4], Gl [Ca][c4 + 1] floats, or A and the start's two packed triangles of real_t. */
 static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
@@ -236,9 +242,9 @@ static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * a wave (as CUDA's chunkpar_seg, which counts 2 blocks a multiprocessor). VLA_OPENCL_CP_SEG=S
  * sets S (0: cp_apart_local's pieces instead; auto: the cost model); VLA_OPENCL_CP_ACHUNK=N the piece. */
 /* Off by default: cp_apart_seg is checked (vla-check on PoCL in the GPU form) but not yet timed on
- * a GPU, and the carried float A is less accurate at tiny lambda0 (at lambda0 = 1e-3 the outputs'
- * error 3.1e-5 with one segment a head, 2.1e-6 a piece a group; CUDA's carried A 1.9e-6 at its
- * segments there, one chunk each: a fresh inverse a chunk). */
+ * a GPU. Its carried float A is a little less accurate at tiny lambda0: at lambda0 = 1e-3 the
+ * outputs' error 4.6e-6 (segments of 2 chunks) to 6.3e-6 (one a head) on PoCL, 2.1e-6 a piece a
+ * group (tolerance 1e-4). */
 #define SEG_DEFAULT 0
 static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
@@ -424,9 +430,9 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
         if (c->apart_seg) {
-            const int nseg = (nch + c->apart_seg - 1) / c->apart_seg;
+            const int f0 = seg_first(c), nseg = 1 + (nch - f0 + c->apart_seg - 1) / c->apart_seg;
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_SEG);
-            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->apart_seg), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)),
+            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, f0), i_(&ap, c->apart_seg), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)),
                 m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, c->Ca), f_(&ap, (float)d->u_scale),
                 f_(&ap, (float)d->eps), f_(&ap, (float)(1.0 / d->lambda0));
             ocl_launch_arg(&ap, c->seg_bytes, NULL);

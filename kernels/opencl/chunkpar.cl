@@ -981,11 +981,15 @@ void lchol_gz(__local float *Gl, int ldg, __local float *Zl, int ldz, int c, int
     }
 }
 
-/* VLA's A part, a group a segment of seg chunks of one head (groups = heads x segments), A
- * carried over the segment's tokens, as the CUDA backend's apart_kernel. A at the segment start:
- * A_0 = I / lambda0 in the first segment, else M_j^{-1} from the Gram prefix (Gr's slot j: its
- * Cholesky, L^{-1} and X^T X, as cp_aend_local). Then, a piece of at most Ca tokens at a time
- * (VLA-MATH 2.4, Woodbury):
+/* VLA's A part, a group a segment of chunks of one head (groups = heads x segments), A carried
+ * over the segment's tokens, as the CUDA backend's apart_kernel. A at the segment start: A_0 =
+ * I / lambda0 in the first segment, else M_j^{-1} from the Gram prefix (Gr's slot j: its
+ * Cholesky, L^{-1} and X^T X, as cp_aend_local). The first segment has f0 chunks (the host's:
+ * those holding the first dk tokens), the others seg: A falls from I / lambda0 by orders of
+ * magnitude while the first dk tokens fill its span, and the float A that this cancellation
+ * leaves is carried no further (lambda0 = 1e-3 on PoCL, segments of 2 chunks: outputs' error
+ * 3.1e-5 with a first segment as long as the others, 4.6e-6 with f0 = 1). Then, a piece of at
+ * most Ca tokens at a time (VLA-MATH 2.4, Woodbury):
  *   UA = U A (c x dk), G = I + UA U^T = L L^T, Z = L^{-1} UA (lchol_gz),
  *   a_t = normalize(z_t / (s_u L_tt))  (as cp_apart),   A <- A - Z^T Z.
  * Against cp_apart_local (a group a piece, from M_j: M's Cholesky, G's, three triangular solves)
@@ -993,15 +997,15 @@ void lchol_gz(__local float *Gl, int ldg, __local float *Zl, int ldz, int c, int
  * come once a segment. A is float (as CUDA's), the start's inverse real_t.
  * Local, one arena (floats, rows padded to 4): A [dk][dk4], Ut [dk][c4] (the piece's U^T), Zl
  * [Ca][dk4] (UA, then Z), PT [4][Ca + dk], Dg [c4] (L's diagonal, then a_t's scale), Gl
- * [Ca][c4 + 1] (G, then L); the start's inverse uses two packed triangles of real_t after A (the host sizes
- * the arena for both). The group has 256 items. */
-__kernel void cp_apart_seg(__global const int *restrict starts, int nch, int seg, __global const float *restrict uu,
+ * [Ca][c4 + 1] (G, then L); the start's inverse uses two packed triangles of real_t after A (the
+ * host sizes the arena for both). The group has 256 items. */
+__kernel void cp_apart_seg(__global const int *restrict starts, int nch, int f0, int seg, __global const float *restrict uu,
                            __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int Ca,
                            float s_u, float eps, float inv_lambda, __local float4 *arena4) {
     __local float *arena = (__local float *)arena4;
-    const int nseg = (nch + seg - 1) / seg, grp = get_group_id(0), bh = grp / nseg, g = grp - bh * nseg;
+    const int nseg = 1 + (nch - f0 + seg - 1) / seg, grp = get_group_id(0), bh = grp / nseg, g = grp - bh * nseg;
     const int lid = get_local_id(0), wg = get_local_size(0), dk4 = UP4(dk), c4 = UP4(Ca), np = Ca + dk;
-    const int j0 = g * seg, t0 = starts[j0], t1 = starts[min(j0 + seg, nch)];
+    const int j0 = g ? f0 + (g - 1) * seg : 0, t0 = starts[j0], t1 = starts[g ? min(j0 + seg, nch) : f0];
     const int ldg = c4 + 1; /* Gl's rows: odd, so lchol_gz's column reads fall in distinct banks */
     __local float *A = arena, *Ut = A + dk * dk4, *Zl = Ut + dk * c4, *PT = Zl + Ca * dk4, *Dg = PT + 4 * np;
     __local float *Gl = Dg + c4; /* last: the float4 arrays before it stay 16-byte aligned */
