@@ -240,11 +240,11 @@ static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * inversions but leave fewer groups: S is the power of two that minimises waves x (pieces a
  * segment + r), r the inversion's cost in pieces (about dk / 16), with 4 groups a compute unit
  * a wave (as CUDA's chunkpar_seg, which counts 2 blocks a multiprocessor). VLA_OPENCL_CP_SEG=S
- * sets S (0: cp_apart_local's pieces instead; auto: the cost model); VLA_OPENCL_CP_ACHUNK=N the piece. */
-/* Off by default: cp_apart_seg is checked (vla-check on PoCL in the GPU form) but not yet timed on
- * a GPU. Its carried float A is a little less accurate at tiny lambda0: at lambda0 = 1e-3 the
- * outputs' error 4.6e-6 (segments of 2 chunks) to 6.3e-6 (one a head) on PoCL, 2.1e-6 a piece a
- * group (tolerance 1e-4). */
+ * sets S (0: cp_apart_local's pieces instead; auto: the cost model); VLA_OPENCL_CP_ACHUNK=N the
+ * piece. The model leaves out the short first segment (seg_first). Off by default (SEG_DEFAULT 0):
+ * checked (vla-check on PoCL in the GPU form) but not yet timed on a GPU; and its carried float A
+ * is a little less accurate at tiny lambda0: at lambda0 = 1e-3 the outputs' error 4.6e-6
+ * (segments of 2 chunks) to 6.3e-6 (one a head) on PoCL, 2.1e-6 a piece a group (tolerance 1e-4). */
 #define SEG_DEFAULT 0
 static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;

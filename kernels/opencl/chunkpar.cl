@@ -742,11 +742,17 @@ void lchol_packed(__local real_t *A, int n) {
     }
 }
 
-/* Lp: an SPD matrix's lower triangle, packed, becomes its Cholesky factor L, and Xp = L^{-1}
- * (packed; X row by row from the rows above, a barrier a row), so the inverse is X^T X. Ends with
- * a barrier. */
-void lspd_inverse_factor(__local real_t *Lp, __local real_t *Xp, int dk) {
+/* The inverse of the SPD dk x dk matrix M (global, row-major; its lower triangle is read): Lp
+ * gets M's lower triangle packed, then its Cholesky factor L, and Xp = L^{-1} (packed; X row by
+ * row from the rows above, a barrier a row); M^{-1} = X^T X, entry by entry from lspd_inv_at.
+ * Ends with a barrier. */
+void lspd_inverse(__global const real_t *M, __local real_t *Lp, __local real_t *Xp, int dk) {
     const int lid = get_local_id(0), wg = get_local_size(0);
+    for (int e = lid; e < dk * dk; e += wg) {
+        const int i = e / dk, j = e - i * dk;
+        if (j <= i) Lp[PK(i, j)] = M[e];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
     lchol_packed(Lp, dk);
     for (int r = 0; r < dk; r++) {
         const real_t inv = 1 / Lp[PK(r, r)];
@@ -759,6 +765,13 @@ void lspd_inverse_factor(__local real_t *Lp, __local real_t *Xp, int dk) {
     }
 }
 
+/* Entry (i, j) of X^T X, X = Xp packed lower (lspd_inverse's M^{-1}). */
+real_t lspd_inv_at(__local const real_t *Xp, int dk, int i, int j) {
+    real_t x = 0;
+    for (int p = max(i, j); p < dk; p++) x += Xp[PK(p, i)] * Xp[PK(p, j)];
+    return x;
+}
+
 /* cp_aend on GPUs where M and L^{-1} fit local memory as packed lower triangles (dk = 64 in fp64:
  * 33 KB): the global form's serial steps took 0.08 ms of a 1.1 ms VLA call at (1,4,32) T = 2048
  * on an H100. Lp: M, then L; Xp: X = L^{-1} row by row; A_end = X^T X. One group a head. */
@@ -766,19 +779,8 @@ __kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk,
                             __local real_t *Lp, __local real_t *Xp) {
     const int bh = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
     const size_t n2 = (size_t)dk * dk;
-    __global const real_t *Mt = Gr + ((size_t)bh * (nch + 2) + nch) * n2;
-    for (int e = lid; e < dk * dk; e += wg) {
-        const int i = e / dk, j = e - i * dk;
-        if (j <= i) Lp[PK(i, j)] = Mt[e];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    lspd_inverse_factor(Lp, Xp, dk);
-    for (int e = lid; e < dk * dk; e += wg) { /* A = X^T X */
-        const int i = e / dk, j = e - i * dk;
-        real_t x = 0;
-        for (int p = max(i, j); p < dk; p++) x += Xp[PK(p, i)] * Xp[PK(p, j)];
-        Af[(size_t)bh * n2 + e] = (float)x;
-    }
+    lspd_inverse(Gr + ((size_t)bh * (nch + 2) + nch) * n2, Lp, Xp, dk);
+    for (int e = lid; e < dk * dk; e += wg) Af[(size_t)bh * n2 + e] = (float)lspd_inv_at(Xp, dk, e / dk, e % dk);
 }
 
 /* cp_apart on GPUs where its arrays fit local memory, over the A part's pieces of at most C
@@ -981,10 +983,18 @@ void lchol_gz(__local float *Gl, int ldg, __local float *Zl, int ldz, int c, int
     }
 }
 
+/* Ut [dk][c4] = U^T of a piece's c tokens (U [c][dk] global), its columns past c zeroed (read by
+ * the tiles, whose entries there are dropped). */
+void stage_piece(__local float *Ut, int c4, __global const float *U, int dk, int c) {
+    const int lid = get_local_id(0), wg = get_local_size(0), pad = c4 - c;
+    stage_transposed(Ut, c4, U, dk, dk, c);
+    for (int e = lid; e < dk * pad; e += wg) Ut[(e / pad) * c4 + c + e % pad] = 0.0f;
+}
+
 /* VLA's A part, a group a segment of chunks of one head (groups = heads x segments), A carried
  * over the segment's tokens, as the CUDA backend's apart_kernel. A at the segment start: A_0 =
  * I / lambda0 in the first segment, else M_j^{-1} from the Gram prefix (Gr's slot j: its
- * Cholesky, L^{-1} and X^T X, as cp_aend_local). The first segment has f0 chunks (the host's:
+ * lspd_inverse, as cp_aend_local). The first segment has f0 chunks (the host's:
  * those holding the first dk tokens), the others seg: A falls from I / lambda0 by orders of
  * magnitude while the first dk tokens fill its span, and the float A that this cancellation
  * leaves is carried no further (lambda0 = 1e-3 on PoCL, segments of 2 chunks: outputs' error
@@ -1017,29 +1027,17 @@ __kernel void cp_apart_seg(__global const int *restrict starts, int nch, int f0,
         }
     } else {
         __local real_t *Lp = (__local real_t *)Ut, *Xp = Lp + dk * (dk + 1) / 2;
-        __global const real_t *Mg = Gr + ((size_t)bh * (nch + 2) + j0) * dk * dk;
-        for (int e = lid; e < dk * dk; e += wg) {
-            const int i = e / dk, j = e - i * dk;
-            if (j <= i) Lp[PK(i, j)] = Mg[e];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        lspd_inverse_factor(Lp, Xp, dk);
-        for (int e = lid; e < dk * dk4; e += wg) { /* A = X^T X (padding columns 0) */
+        lspd_inverse(Gr + ((size_t)bh * (nch + 2) + j0) * dk * dk, Lp, Xp, dk);
+        for (int e = lid; e < dk * dk4; e += wg) { /* padding columns 0 */
             const int i = e / dk4, j = e - i * dk4;
-            real_t x = 0;
-            if (j < dk)
-                for (int p = max(i, j); p < dk; p++) x += Xp[PK(p, i)] * Xp[PK(p, j)];
-            A[e] = (float)x;
+            A[e] = j < dk ? (float)lspd_inv_at(Xp, dk, i, j) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* Lp and Xp (Ut's place) read before U^T is staged */
     }
     const int NA = dk4 / LT; /* A's tiles a side */
     for (int ts = t0; ts < t1; ts += Ca) {
         const int c = min(Ca, t1 - ts), NI = (c + LT - 1) / LT;
-        if (ts == t0) { /* later pieces' U^T is staged with the previous piece's last step */
-            stage_transposed(Ut, c4, U + (size_t)ts * dk, dk, dk, c);
-            for (int e = lid; e < dk * (c4 - c); e += wg) Ut[(e / (c4 - c)) * c4 + c + e % (c4 - c)] = 0.0f;
-        }
+        if (ts == t0) stage_piece(Ut, c4, U + (size_t)ts * dk, dk, c); /* later pieces': the previous piece's last step */
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int tile = lid; tile < NI * NA; tile += wg) { /* UA = U A: rows t < c of Zl */
             const int ti = tile / NA, tj = tile - ti * NA;
@@ -1090,11 +1088,8 @@ __kernel void cp_apart_seg(__global const int *restrict starts, int nch, int f0,
                     *a4 -= acc[r];
                 }
         }
-        if (ts + Ca < t1) { /* the next piece's U^T (Ut was last read by G's product) */
-            const int cn = min(Ca, t1 - ts - Ca);
-            stage_transposed(Ut, c4, U + (size_t)(ts + Ca) * dk, dk, dk, cn);
-            for (int e = lid; e < dk * (c4 - cn); e += wg) Ut[(e / (c4 - cn)) * c4 + cn + e % (c4 - cn)] = 0.0f;
-        }
+        if (ts + Ca < t1) /* the next piece's U^T (Ut was last read by G's product) */
+            stage_piece(Ut, c4, U + (size_t)(ts + Ca) * dk, dk, min(Ca, t1 - ts - Ca));
     }
 }
 
