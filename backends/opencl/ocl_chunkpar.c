@@ -225,6 +225,9 @@ static int seg_first(const ocl_cp_call *c) {
     return f < c->nch ? f : c->nch;
 }
 
+/* cp_apart_seg's segments a head at S chunks a segment: the first, then the rest in S's. */
+static int seg_count(const ocl_cp_call *c, int S) { return 1 + (c->nch - seg_first(c) + S - 1) / S; }
+
 /* cp_apart_seg's arena (chunkpar.cl): A [dk][dk4], Ut [dk][c4], Zl [Ca][dk4], PT [4][Ca + dk],
  * Dg [c4], Gl [Ca][c4 + 1] floats, or A and the start's two packed triangles of real_t. */
 static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
@@ -241,9 +244,8 @@ static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
  * segment + r), r the inversion's cost in pieces (about dk / 16), with 4 groups a compute unit
  * a wave (as CUDA's chunkpar_seg, which counts 2 blocks a multiprocessor). VLA_OPENCL_CP_SEG=S
  * sets S (0: cp_apart_local's pieces instead; auto: the cost model); VLA_OPENCL_CP_ACHUNK=N the
- * piece. The model leaves out the short first segment (seg_first). Off by default (SEG_DEFAULT 0):
- * checked (vla-check on PoCL in the GPU form) but not yet timed on a GPU; and its carried float A
- * is a little less accurate at tiny lambda0: at lambda0 = 1e-3 the outputs' error 4.6e-6
+ * piece. Off by default (SEG_DEFAULT 0): checked (vla-check on PoCL in the GPU form) but not yet
+ * timed on a GPU; and its carried float A is a little less accurate at tiny lambda0: at lambda0 = 1e-3 the outputs' error 4.6e-6
  * (segments of 2 chunks) to 6.3e-6 (one a head) on PoCL, 2.1e-6 a piece a group (tolerance 1e-4). */
 #define SEG_DEFAULT 0
 static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
@@ -270,7 +272,7 @@ static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
         const long long slots = 4LL * (ctx->compute_units ? ctx->compute_units : 1);
         double best = 0;
         for (int t = 1;; t *= 2) {
-            const long long groups = (long long)c->BH * ((c->nch + t - 1) / t);
+            const long long groups = (long long)c->BH * seg_count(c, t);
             const double cost = (double)((groups + slots - 1) / slots) * (t * per_piece + r);
             if (t == 1 || cost < best) S = t, best = cost;
             if (t >= c->nch) break;
@@ -430,7 +432,7 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         m_(&p, WS(CPGR)), i_(&p, nch), i_(&p, dk), i_(&p, per_head), i_(&p, span), f_(&p, (float)(1.0 / d->lambda0));
         TRY(cp_run(&p, BH * (size_t)per_head, ctx->cp_gpu ? tn->flat_wg : 1));
         if (c->apart_seg) {
-            const int f0 = seg_first(c), nseg = 1 + (nch - f0 + c->apart_seg - 1) / c->apart_seg;
+            const int f0 = seg_first(c), nseg = seg_count(c, c->apart_seg);
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_SEG);
             m_(&ap, c->starts), i_(&ap, nch), i_(&ap, f0), i_(&ap, c->apart_seg), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)),
                 m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, c->Ca), f_(&ap, (float)d->u_scale),
