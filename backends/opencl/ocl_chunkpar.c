@@ -240,20 +240,26 @@ static size_t seg_local_bytes(const ocl_ctx *ctx, int dk_, int Ca) {
 /* VLA's A part carried over segments (cp_apart_seg, a group a segment of S chunks of a head):
  * each group inverts M once, at its segment's start, then takes Woodbury's step a piece of Ca
  * tokens (the largest of 64, 32, 16, at most C, whose arena fits). Longer segments do fewer
- * inversions but leave fewer groups: S is the power of two that minimises waves x (pieces a
- * segment + r), r the inversion's cost in pieces (about dk / 16), with 4 groups a compute unit
- * a wave (as CUDA's chunkpar_seg, which counts 2 blocks a multiprocessor). VLA_OPENCL_CP_SEG=S
- * sets S (0: cp_apart_local's pieces instead; auto: the cost model); VLA_OPENCL_CP_ACHUNK=N the
- * piece. Off by default (SEG_DEFAULT 0): checked (vla-check on PoCL in the GPU form) but not yet
- * timed on a GPU; and its carried float A is a little less accurate at tiny lambda0: at lambda0 = 1e-3 the outputs' error 4.6e-6
- * (segments of 2 chunks) to 6.3e-6 (one a head) on PoCL, 2.1e-6 a piece a group (tolerance 1e-4). */
-#define SEG_DEFAULT 0
+ * inversions but leave fewer groups: S is the power of two that minimises
+ * max(1, groups / slots) x (pieces a segment + r), r the inversion's cost in pieces (about
+ * dk / 16), slots 4 groups a compute unit (as CUDA's chunkpar_seg, which counts 2 blocks a
+ * multiprocessor). The group count enters as a fraction, not whole waves: a part-filled last wave
+ * costs about its share. On an H100 (132 compute units, Ca = 32 at dk = 64), VLA chunked ms at
+ * (8,16,64) T = 2048 for S = 2, 4, 8, 16: 4.42, 4.19, 4.09, 4.43 (the model's order: 8, 4, 2, 16;
+ * whole waves chose 4); T = 8192, S = 4, 8, 16, 32: 15.54, 15.06, 14.89, 14.84 (the model takes
+ * 16); the piece form 4.92 and 18.5. At dk <= 32 the piece form (pieces of 32, twice the groups)
+ * was faster in every row timed: (1,4,32) T = 2048 0.266 ms against 0.281-2.10 for the segments,
+ * T = 32768 1.216 against 1.238-2.80, (8,16,32) T = 4096 3.93 against 4.14-5.10; so the model
+ * leaves dk <= 32 to it. VLA_OPENCL_CP_SEG=S sets S at any dk (0: cp_apart_local's pieces; auto:
+ * the model); VLA_OPENCL_CP_ACHUNK=N the piece. Its carried float A is a little less accurate at
+ * tiny lambda0: at lambda0 = 1e-3 the outputs' error 4.6e-6 (segments of 2 chunks) to 6.3e-6 (one
+ * a head) on PoCL, 2.1e-6 a piece a group (tolerance 1e-4). */
 static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     const char *env = getenv("VLA_OPENCL_CP_SEG"), *force = getenv("VLA_OPENCL_CP_ACHUNK");
-    /* -1: S by the cost model; the default where SEG_DEFAULT is set */
-    const int want = env && env[0] ? (strcmp(env, "auto") == 0 ? -1 : atoi(env)) : (SEG_DEFAULT ? -1 : 0);
-    if (want == 0) return VLA_OK;
+    /* -1: S by the cost model, the default */
+    const int want = env && env[0] && strcmp(env, "auto") != 0 ? atoi(env) : -1;
+    if (want == 0 || (want < 0 && c->dk <= 32)) return VLA_OK;
     int Ca = c->C < 64 ? c->C : 64;
     if (force && atoi(force) >= 1 && atoi(force) < Ca) Ca = atoi(force);
     while (Ca > 16 && seg_local_bytes(ctx, c->dk, Ca) + LOCAL_SPARE > ctx->local_mem) Ca /= 2;
@@ -273,7 +279,8 @@ static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
         double best = 0;
         for (int t = 1;; t *= 2) {
             const long long groups = (long long)c->BH * seg_count(c, t);
-            const double cost = (double)((groups + slots - 1) / slots) * (t * per_piece + r);
+            const double waves = groups > slots ? (double)groups / slots : 1.0;
+            const double cost = waves * (t * per_piece + r);
             if (t == 1 || cost < best) S = t, best = cost;
             if (t >= c->nch) break;
         }
