@@ -303,10 +303,13 @@ static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
  * which use at most dk items), else 256 (each group's steps faster). On an H100, VLA chunked ms,
  * 256 -> 128 items: (8,16,64) T = 2048 7.43 -> 6.95, 8192 28.96 -> 26.88; (1,4,32) T = 32768
  * 1.72 -> 1.63, but T = 2048 0.339 -> 0.369 and 8192 0.533 -> 0.545 (128 and 512 groups on 132
- * compute units). VLA_OPENCL_CP_APART_WG=64|128|256 sets it. */
+ * compute units). VLA_OPENCL_CP_APART_WG=64|128|256 sets it. VLA_OPENCL_CP_AEND_FUSE=1 runs A_end
+ * (cp_aend_local's work) as one more group a head of cp_apart_local's launch, beside the pieces,
+ * not after them: at (1,4,32) T = 2048 on an H100 cp_aend_local took 0.037 ms of a 0.26 ms call
+ * alone; off by default until timed on a GPU. */
 static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
-    c->gram_wg = c->apart_local = c->aend_local = c->apart_seg = 0;
+    c->gram_wg = c->apart_local = c->aend_local = c->aend_fused = c->apart_seg = 0;
     c->Ca = c->C, c->ppc = 1;
     if (!ctx->cp_gpu || c->dk > 64 || env_on("VLA_OPENCL_CP_GLOBAL")) return VLA_OK;
     cl_kernel k;
@@ -326,6 +329,8 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
         if (awg && (atoi(awg) == 64 || atoi(awg) == 128 || atoi(awg) == 256)) want = atoi(awg);
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, want, &wg);
         if (s == VLA_OK && wg == (size_t)want) c->apart_local = want, c->Ca = Ca, c->ppc = ppc;
+        /* A_end in the same launch (chunkpar.cl's cp_apart_local): L^{-1} packed must fit Yd */
+        c->aend_fused = c->apart_local && env_on("VLA_OPENCL_CP_AEND_FUSE") && 2 * (c->Ca + 1) >= c->dk + 1;
     }
     const size_t rs = cp_real_size(ctx);
     if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {
@@ -450,24 +455,26 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
             const size_t rs = cp_real_size(ctx);
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_LOCAL);
             const int Ca = c->Ca;
+            const size_t pieces = chunks * (size_t)c->ppc, fused = a->A_out && c->aend_fused ? BH : 0;
             m_(&ap, c->starts), i_(&ap, nch), i_(&ap, c->ppc), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(AL)),
-                i_(&ap, T), i_(&ap, dk), i_(&ap, Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
+                i_(&ap, T), i_(&ap, dk), i_(&ap, Ca), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps),
+                i_(&ap, (int)pieces), m_(&ap, fused ? WS(AF) : ctx->dummy);
             ocl_launch_arg(&ap, rs * (size_t)dk * (dk + 1) / 2, NULL), ocl_launch_arg(&ap, rs * (size_t)dk * (Ca + 1), NULL);
             ocl_launch_arg(&ap, rs * (size_t)Ca * (Ca + 1) / 2, NULL);
-            TRY(ocl_launch_run(&ap, chunks * (size_t)c->ppc, (size_t)c->apart_local));
+            TRY(ocl_launch_run(&ap, pieces + fused, (size_t)c->apart_local));
         } else {
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART);
             m_(&ap, c->starts), i_(&ap, nch), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)), m_(&ap, WS(CPZ)), m_(&ap, WS(CPG)),
                 m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, C), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
             TRY(cp_run(&ap, chunks, cw));
         }
-        if (a->A_out && c->aend_local) {
+        if (a->A_out && !c->aend_fused && c->aend_local) { /* (aend_fused: cp_apart_local's groups did it) */
             const size_t rs = cp_real_size(ctx), tri = rs * (size_t)dk * (dk + 1) / 2;
             ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND_LOCAL);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             ocl_launch_arg(&e, tri, NULL), ocl_launch_arg(&e, tri, NULL);
             TRY(ocl_launch_run(&e, BH, 256));
-        } else if (a->A_out) {
+        } else if (a->A_out && !c->aend_fused) {
             ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             TRY(cp_run(&e, BH, dk < tn->chunk_wg ? dk : tn->chunk_wg));

@@ -742,19 +742,11 @@ void lchol_packed(__local real_t *A, int n) {
     }
 }
 
-/* The inverse of the SPD dk x dk matrix M (global, row-major; its lower triangle is read): Lp
- * gets M's lower triangle packed, then its Cholesky factor L, and Xp = L^{-1} (packed; X row by
- * row from the rows above, a barrier a row); M^{-1} = X^T X, entry by entry from lspd_inv_at.
- * Ends with a barrier. */
-void lspd_inverse(__global const real_t *M, __local real_t *Lp, __local real_t *Xp, int dk) {
+/* Xp = L^{-1} of the n x n packed lower triangle Lp (packed; X row by row from the rows above, a
+ * barrier a row). Ends with a barrier where n > 0. */
+void linv_packed(__local const real_t *Lp, __local real_t *Xp, int n) {
     const int lid = get_local_id(0), wg = get_local_size(0);
-    for (int e = lid; e < dk * dk; e += wg) {
-        const int i = e / dk, j = e - i * dk;
-        if (j <= i) Lp[PK(i, j)] = M[e];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    lchol_packed(Lp, dk);
-    for (int r = 0; r < dk; r++) {
+    for (int r = 0; r < n; r++) {
         const real_t inv = 1 / Lp[PK(r, r)];
         for (int col = lid; col <= r; col += wg) {
             real_t x = col == r ? 1 : 0;
@@ -763,6 +755,20 @@ void lspd_inverse(__global const real_t *M, __local real_t *Lp, __local real_t *
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+/* The inverse of the SPD dk x dk matrix M (global, row-major; its lower triangle is read): Lp
+ * gets M's lower triangle packed, then its Cholesky factor L, and Xp = L^{-1}; M^{-1} = X^T X,
+ * entry by entry from lspd_inv_at. Ends with a barrier. */
+void lspd_inverse(__global const real_t *M, __local real_t *Lp, __local real_t *Xp, int dk) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    for (int e = lid; e < dk * dk; e += wg) {
+        const int i = e / dk, j = e - i * dk;
+        if (j <= i) Lp[PK(i, j)] = M[e];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    lchol_packed(Lp, dk);
+    linv_packed(Lp, Xp, dk);
 }
 
 /* Entry (i, j) of X^T X, X = Xp packed lower (lspd_inverse's M^{-1}). */
@@ -795,20 +801,30 @@ __kernel void cp_aend_local(__global const real_t *restrict Gr, int nch, int dk,
  * (tokens) or a row of Z^T, which needs no barrier inside a solve. */
 __kernel void cp_apart_local(__global const int *restrict starts, int nch, int ppc, __global const float *restrict uu,
                              __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int C,
-                             float s_u, float eps, __local real_t *Ld, __local real_t *Yd, __local real_t *Gp) {
-    const int grp = get_group_id(0), per = nch * ppc, bh = grp / per, ci = grp % per / ppc, q = grp % ppc;
+                             float s_u, float eps, int ngr, __global float *restrict Af, __local real_t *Ld,
+                             __local real_t *Yd, __local real_t *Gp) {
+    /* Groups past ngr (one a head, when the host fuses A_end in: VLA_OPENCL_CP_AEND_FUSE=1) take
+     * cp_aend_local's A_end = M_end^{-1} of head grp - ngr: A_end needs only the Gram prefix, and
+     * in its own launch after this one its ~3 dk barriers ran alone (0.037 of a 0.26 ms call at
+     * (1,4,32) T = 2048 on an H100). Such a group runs the same steps: M_end's Cholesky into Ld,
+     * a piece of c = 0 tokens, then L^{-1} into Yd (dk (C + 1) reals hold its dk (dk + 1) / 2: the
+     * host's check) and X^T X. Both kinds take one path with trip counts that differ (no branch
+     * around barriers: PoCL 3.1 computes cp_apart_local wrong with one). */
+    const int grp = get_group_id(0), end = grp >= ngr, pg = end ? 0 : grp;
+    const int per = nch * ppc, bh = end ? grp - ngr : pg / per, ci = pg % per / ppc, q = pg % ppc;
     const int lid = get_local_id(0), wg = get_local_size(0);
-    /* c = 0: a last chunk with fewer pieces; the group writes nothing (no early return: PoCL 3.1
-     * computed every group wrong with one before the barriers) */
-    const int cs = starts[ci], ce = starts[ci + 1], ts = min(cs + q * C, ce), c = min(C, ce - ts), ldy = C + 1;
+    /* c = 0: a last chunk with fewer pieces (the group writes nothing), or an A_end group (no early
+     * return either: PoCL 3.1 computed every group wrong with one before the barriers) */
+    const int cs = starts[ci], ce = starts[ci + 1], ts = min(cs + q * C, ce), ldy = C + 1;
+    const int c = end ? 0 : min(C, ce - ts), earlier = end ? 0 : ts - cs;
     const size_t tok = (size_t)bh * T + ts;
     __global const float *U = uu + tok * dk, *U0 = uu + ((size_t)bh * T + cs) * dk;
-    __global const real_t *Mg = Gr + ((size_t)bh * (nch + 2) + ci) * dk * dk;
+    __global const real_t *Mg = Gr + ((size_t)bh * (nch + 2) + (end ? nch : ci)) * dk * dk;
     for (int e = lid; e < dk * dk; e += wg) { /* M at the piece's start: M_j + the chunk's earlier U^T U */
         const int i = e / dk, j = e - i * dk;
         if (j > i) continue;
         real_t x = Mg[e];
-        for (int t = 0; t < ts - cs; t++) x += (real_t)U0[(size_t)t * dk + i] * (real_t)U0[(size_t)t * dk + j];
+        for (int t = 0; t < earlier; t++) x += (real_t)U0[(size_t)t * dk + i] * (real_t)U0[(size_t)t * dk + j];
         Ld[PK(i, j)] = x;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -895,6 +911,10 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
         const real_t inv = sc / fmax(sqrt(ss), (real_t)eps);
         for (int r = 0; r < dk; r++) Al[(tok + t) * dk + r] = (float)(Yd[r * ldy + t] * inv);
     }
+    /* A_end groups: X = L^{-1} packed into Yd, A_end = X^T X (piece groups: n = 0, no steps) */
+    const int ne = end ? dk : 0;
+    linv_packed(Ld, Yd, ne);
+    for (int e = lid; e < ne * ne; e += wg) Af[(size_t)bh * dk * dk + e] = (float)lspd_inv_at(Yd, dk, e / dk, e % dk);
 }
 
 /* ---- VLA's A part carried over segments (GPUs; the host's choice, apart_plan) ---- */
