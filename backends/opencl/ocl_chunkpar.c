@@ -468,13 +468,14 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
                 m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, C), f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps);
             TRY(cp_run(&ap, chunks, cw));
         }
-        if (a->A_out && !c->aend_fused && c->aend_local) { /* (aend_fused: cp_apart_local's groups did it) */
+        const int aend = a->A_out && !c->aend_fused; /* aend_fused: cp_apart_local's groups did it */
+        if (aend && c->aend_local) {
             const size_t rs = cp_real_size(ctx), tri = rs * (size_t)dk * (dk + 1) / 2;
             ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND_LOCAL);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             ocl_launch_arg(&e, tri, NULL), ocl_launch_arg(&e, tri, NULL);
             TRY(ocl_launch_run(&e, BH, 256));
-        } else if (a->A_out && !c->aend_fused) {
+        } else if (aend) {
             ocl_launch e = ocl_launch_start(b, OCL_K_CP_AEND);
             m_(&e, WS(CPGR)), i_(&e, nch), i_(&e, dk), m_(&e, WS(AF));
             TRY(cp_run(&e, BH, dk < tn->chunk_wg ? dk : tn->chunk_wg));
