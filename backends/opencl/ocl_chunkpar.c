@@ -57,6 +57,12 @@ static int env_on(const char *name) {
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
+/* A switch that is on unless set to 0. */
+static int env_default_on(const char *name) {
+    const char *v = getenv(name);
+    return !v || !v[0] || strcmp(v, "0") != 0;
+}
+
 /* The whole call chunk-parallel (mode 2 for VLA): R = 0, u and A_in not given, s_u != 0. */
 static int vla_apart_parallel(const vla_attn_desc *d, const vla_attn_args *a) {
     return d->refresh == 0 && !a->u && !a->A_in && d->u_scale != 0.0;
@@ -303,10 +309,11 @@ static vla_status seg_plan(vla_backend *b, ocl_cp_call *c) {
  * which use at most dk items), else 256 (each group's steps faster). On an H100, VLA chunked ms,
  * 256 -> 128 items: (8,16,64) T = 2048 7.43 -> 6.95, 8192 28.96 -> 26.88; (1,4,32) T = 32768
  * 1.72 -> 1.63, but T = 2048 0.339 -> 0.369 and 8192 0.533 -> 0.545 (128 and 512 groups on 132
- * compute units). VLA_OPENCL_CP_APART_WG=64|128|256 sets it. VLA_OPENCL_CP_AEND_FUSE=1 runs A_end
- * (cp_aend_local's work) as one more group a head of cp_apart_local's launch, beside the pieces,
- * not after them: at (1,4,32) T = 2048 on an H100 cp_aend_local took 0.037 ms of a 0.26 ms call
- * alone; off by default until timed on a GPU. */
+ * compute units). VLA_OPENCL_CP_APART_WG=64|128|256 sets it. A_end (cp_aend_local's work) runs
+ * as one more group a head of cp_apart_local's launch, beside the pieces, not after them
+ * (VLA_OPENCL_CP_AEND_FUSE=0: its own launch): on an H100, VLA chunked ms, own launch -> fused,
+ * (1,4,32) T = 2048 0.247 -> 0.220, 8192 0.396 -> 0.362, 32768 1.188 -> 1.154; (8,16,64) T = 2048
+ * takes the segment form, which keeps its own launch. */
 static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
     ocl_ctx *ctx = b->context;
     c->gram_wg = c->apart_local = c->aend_local = c->aend_fused = c->apart_seg = 0;
@@ -330,7 +337,7 @@ static vla_status apart_plan(vla_backend *b, ocl_cp_call *c) {
         if (s == VLA_OK) s = ocl_wg(b, OCL_K_CP_APART_LOCAL, want, &wg);
         if (s == VLA_OK && wg == (size_t)want) c->apart_local = want, c->Ca = Ca, c->ppc = ppc;
         /* A_end in the same launch (chunkpar.cl's cp_apart_local): L^{-1} packed must fit Yd */
-        c->aend_fused = c->apart_local && env_on("VLA_OPENCL_CP_AEND_FUSE") && 2 * (c->Ca + 1) >= c->dk + 1;
+        c->aend_fused = c->apart_local && env_default_on("VLA_OPENCL_CP_AEND_FUSE") && 2 * (c->Ca + 1) >= c->dk + 1;
     }
     const size_t rs = cp_real_size(ctx);
     if (s == VLA_OK && 2 * rs * (size_t)c->dk * (c->dk + 1) / 2 + LOCAL_SPARE <= ctx->local_mem) {

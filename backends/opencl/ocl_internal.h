@@ -240,7 +240,7 @@ typedef struct ocl_cp_call {
     int gram_wg; /* cp_gram_local's group (0: cp_gram) */
     int apart_local; /* cp_apart_local's items a group (128 or 256; 0: cp_apart) */
     int aend_local;  /* cp_aend_local (256 items) in place of cp_aend */
-    int aend_fused;  /* A_end as cp_apart_local's extra groups instead (VLA_OPENCL_CP_AEND_FUSE=1) */
+    int aend_fused;  /* A_end as cp_apart_local's extra groups (VLA_OPENCL_CP_AEND_FUSE=0: not) */
     int Ca, ppc;     /* cp_apart_local: each chunk in ppc pieces of at most Ca tokens (C and 1 unless
                         its arrays need them shorter to fit local memory); cp_apart_seg: pieces of Ca */
     int apart_seg;   /* cp_apart_seg over segments of this many chunks (0: not taken) */
