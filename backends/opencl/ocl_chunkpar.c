@@ -453,9 +453,9 @@ vla_status ocl_cp_forward(vla_backend *b, const vla_attn_desc *d, const vla_attn
         if (c->apart_seg) {
             const int f0 = seg_first(c), nseg = seg_count(c, c->apart_seg);
             ocl_launch ap = ocl_launch_start(b, OCL_K_CP_APART_SEG);
-            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, f0), i_(&ap, c->apart_seg), i_(&ap, nseg), m_(&ap, WS(UU)),
-                m_(&ap, WS(CPGR)), m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, c->Ca),
-                f_(&ap, (float)d->u_scale), f_(&ap, (float)d->eps), f_(&ap, (float)(1.0 / d->lambda0));
+            m_(&ap, c->starts), i_(&ap, nch), i_(&ap, f0), i_(&ap, c->apart_seg), m_(&ap, WS(UU)), m_(&ap, WS(CPGR)),
+                m_(&ap, WS(AL)), i_(&ap, T), i_(&ap, dk), i_(&ap, c->Ca), f_(&ap, (float)d->u_scale),
+                f_(&ap, (float)d->eps), f_(&ap, (float)(1.0 / d->lambda0));
             ocl_launch_arg(&ap, c->seg_bytes, NULL);
             TRY(ocl_launch_run(&ap, BH * (size_t)nseg, 256));
         } else if (c->apart_local) {

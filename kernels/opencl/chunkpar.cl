@@ -1029,13 +1029,11 @@ void stage_piece(__local float *Ut, int c4, __global const float *U, int dk, int
  * [Ca][dk4] (UA, then Z), PT [4][Ca + dk], Dg [c4] (L's diagonal, then a_t's scale), Gl
  * [Ca][c4 + 1] (G, then L); the start's inverse uses two packed triangles of real_t after A (the
  * host sizes the arena for both). The group has 256 items. */
-__kernel void cp_apart_seg(__global const int *restrict starts, int nch, int f0, int seg, int nseg,
-                           __global const float *restrict uu, __global const real_t *restrict Gr,
-                           __global float *restrict Al, int T, int dk, int Ca, float s_u, float eps, float inv_lambda,
-                           __local float4 *arena4) {
+__kernel void cp_apart_seg(__global const int *restrict starts, int nch, int f0, int seg, __global const float *restrict uu,
+                           __global const real_t *restrict Gr, __global float *restrict Al, int T, int dk, int Ca,
+                           float s_u, float eps, float inv_lambda, __local float4 *arena4) {
     __local float *arena = (__local float *)arena4;
-    /* nseg segments a head (the host's seg_count): the first of f0 chunks, the rest of seg */
-    const int grp = get_group_id(0), bh = grp / nseg, g = grp - bh * nseg;
+    const int nseg = 1 + (nch - f0 + seg - 1) / seg, grp = get_group_id(0), bh = grp / nseg, g = grp - bh * nseg;
     const int lid = get_local_id(0), wg = get_local_size(0), dk4 = UP4(dk), c4 = UP4(Ca), np = Ca + dk;
     const int j0 = g ? f0 + (g - 1) * seg : 0, t0 = starts[j0], t1 = starts[g ? min(j0 + seg, nch) : f0];
     const int ldg = c4 + 1; /* Gl's rows: odd, so lchol_gz's column reads fall in distinct banks */
