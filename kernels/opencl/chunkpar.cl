@@ -805,10 +805,10 @@ __kernel void cp_apart_local(__global const int *restrict starts, int nch, int p
                              __local real_t *Yd, __local real_t *Gp) {
     /* Groups past ngr (one a head, when the host fuses A_end in: the default where it fits) take
      * cp_aend_local's A_end = M_end^{-1} of head grp - ngr: A_end needs only the Gram prefix, and
-     * in its own launch after this one its ~3 dk barriers ran alone (0.037 of a 0.26 ms call at
-     * (1,4,32) T = 2048 on an H100; fused, the call takes 0.220 ms instead of 0.247). Such a group runs the same steps: M_end's Cholesky into Ld,
-     * a piece of c = 0 tokens, then L^{-1} into Yd (dk (C + 1) reals hold its dk (dk + 1) / 2: the
-     * host's check) and X^T X. Both kinds take one path with trip counts that differ (no branch
+     * in its own launch after this one its ~3 dk barriers ran alone (timings: apart_plan in
+     * ocl_chunkpar.c). Such a group runs the same steps: M_end's Cholesky into Ld, a piece of
+     * c = 0 tokens, then L^{-1} into Yd (dk (C + 1) reals hold its dk (dk + 1) / 2: the host's
+     * check) and X^T X. Both kinds take one path with trip counts that differ (no branch
      * around barriers: PoCL 3.1 computes cp_apart_local wrong with one). */
     const int grp = get_group_id(0), end = grp >= ngr, pg = end ? 0 : grp;
     const int per = nch * ppc, bh = end ? grp - ngr : pg / per, ci = pg % per / ppc, q = pg % ppc;
